@@ -18,3 +18,7 @@ target_compile_options(kthost_cflags INTERFACE -Wall -Wextra -Wshadow -Wformat=2
 if(KTHOST_WERROR)
   target_compile_options(kthost_cflags INTERFACE -Werror)
 endif()
+if(KTHOST_FUZZ)
+  # Coverage instrumentation for everything the fuzz targets link.
+  target_compile_options(kthost_flags INTERFACE -fsanitize=fuzzer-no-link)
+endif()

@@ -1,0 +1,94 @@
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "kthost/common/fd.h"
+#include "kthost/common/strings.h"
+#include "kthost/introspect/backends.h"
+
+namespace kt {
+
+Result<std::unique_ptr<MmapMemory>> MmapMemory::open(const std::string& path, PhysMap map) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return io_error("open RAM backing " + path, errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return io_error("fstat " + path, errno);
+  uint64_t need = 0;
+  for (const auto& r : map.regions()) need = std::max(need, r.backing_offset + r.size);
+  if (static_cast<uint64_t>(st.st_size) < need)
+    return Error(ErrorCode::InvalidInput, "RAM backing " + path + " holds " + std::to_string(st.st_size) +
+                                              " bytes but the guest's RAM layout needs " + std::to_string(need));
+  void* base = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (base == MAP_FAILED) return io_error("mmap " + path, errno);
+  auto mem = std::unique_ptr<MmapMemory>(new MmapMemory());
+  mem->base_ = static_cast<const uint8_t*>(base);
+  mem->size_ = static_cast<size_t>(st.st_size);
+  mem->map_ = std::move(map);
+  mem->path_ = path;
+  return mem;
+}
+
+MmapMemory::~MmapMemory() {
+  if (base_) ::munmap(const_cast<uint8_t*>(base_), size_);
+}
+
+const uint8_t* MmapMemory::view(uint64_t gpa, uint64_t len) const {
+  auto off = map_.to_offset(gpa, len);
+  if (!off || *off + len > size_) return nullptr;
+  return base_ + *off;
+}
+
+Status MmapMemory::read(uint64_t gpa, void* out, size_t len) const {
+  auto* dst = static_cast<uint8_t*>(out);
+  while (len > 0) {
+    // Split at region ends: a read may cross from one RAM region to the next.
+    uint64_t chunk = len;
+    const RamRegion* region = nullptr;
+    for (const auto& r : map_.regions())
+      if (gpa >= r.gpa && gpa - r.gpa < r.size) region = &r;
+    if (!region)
+      return Error(ErrorCode::OutOfRange, "guest-physical " + hex(gpa) + " is not RAM");
+    chunk = std::min<uint64_t>(chunk, region->gpa + region->size - gpa);
+    uint64_t off = region->backing_offset + (gpa - region->gpa);
+    if (off + chunk > size_) return Error(ErrorCode::OutOfRange, "guest-physical " + hex(gpa) + " is past the backing");
+    std::memcpy(dst, base_ + off, chunk);
+    dst += chunk;
+    gpa += chunk;
+    len -= chunk;
+  }
+  return {};
+}
+
+Result<std::string> find_memfd_backing(int pid, uint64_t ram_size) {
+  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return io_error("opendir " + dir, errno);
+  std::string found;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::string path = dir + "/" + e->d_name;
+    char target[512];
+    ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    if (!starts_with(target, "/memfd:")) continue;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) continue;
+    if (static_cast<uint64_t>(st.st_size) == ram_size) {
+      found = path;
+      break;
+    }
+  }
+  ::closedir(d);
+  if (found.empty())
+    return Error(ErrorCode::NotPresent, "QEMU pid " + std::to_string(pid) + " has no memfd of " +
+                                            std::to_string(ram_size) + " bytes (is RAM shared?)");
+  return found;
+}
+
+}  // namespace kt
