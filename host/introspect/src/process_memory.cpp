@@ -46,12 +46,12 @@ Status ProcessMemory::read_host(uint64_t hva, void* out, size_t len) const {
     use_proc_mem_ = true;  // refused (e.g. seccomp or yama); /proc/<pid>/mem may still work
   }
   std::string path = "/proc/" + std::to_string(pid_) + "/mem";
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return io_error("open " + path, errno);
-  ssize_t n = ::pread(fd, out, len, static_cast<off_t>(hva));
-  int err = errno;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(len)) return io_error("pread " + path + " at " + hex(hva), n < 0 ? err : EIO);
+  if (!mem_fd_.valid()) {
+    mem_fd_.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!mem_fd_.valid()) return io_error("open " + path, errno);
+  }
+  ssize_t n = ::pread(mem_fd_.get(), out, len, static_cast<off_t>(hva));
+  if (n != static_cast<ssize_t>(len)) return io_error("pread " + path + " at " + hex(hva), n < 0 ? errno : EIO);
   return {};
 }
 

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "kthost/common/fd.h"
 #include "kthost/introspect/guest_memory.h"
 #include "kthost/vm/monitor.h"
 #include "kthost/vm/vm_description.h"
@@ -58,7 +59,7 @@ class ProcessMemory final : public GuestMemory {
   Status read_host(uint64_t hva, void* out, size_t len) const;
   int pid_ = 0;
   PhysMap map_;        // backing_offset of each region = its host virtual address
-  int mem_fd_ = -1;    // /proc/<pid>/mem, opened lazily as the fallback
+  mutable UniqueFd mem_fd_;  // /proc/<pid>/mem, opened lazily as the fallback
   mutable bool use_proc_mem_ = false;
 };
 
