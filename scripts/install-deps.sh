@@ -1,0 +1,23 @@
+#!/bin/sh
+# Installs every Debian package kthost needs to build, test and run its test
+# VM. Idempotent; run as root on Debian 12.
+set -eu
+PACKAGES="build-essential cmake pkg-config g++ clang-14 libfuzzer-14-dev libclang-rt-14-dev
+  libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
+  libipt-dev libelf-dev libdw-dev libzydis-dev
+  qemu-system-x86 qemu-utils busybox-static cpio gzip binutils
+  python3 procps coreutils apt-utils"
+missing=""
+for p in $PACKAGES; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -z "$missing" ]; then
+  echo "install-deps: all packages present"
+  exit 0
+fi
+echo "install-deps: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing >/dev/null
+echo "install-deps: done"

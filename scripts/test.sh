@@ -1,0 +1,40 @@
+#!/bin/sh
+# All tests: unit tests, VM integration tests against real QEMU guests, the
+# unit tests again under ASan+UBSan, and every fuzz target for a bounded time
+# under ASan+UBSan.  Environment: FUZZ_SECONDS (default 30 per target).
+set -eu
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$src/build}
+asan=${ASAN_BUILD_DIR:-$src/build-asan}
+fuzz_seconds=${FUZZ_SECONDS:-30}
+"$src/scripts/install-deps.sh"
+"$src/scripts/build.sh" "$build"
+
+echo "== unit and VM integration tests (ctest)"
+(cd "$build" && ctest --output-on-failure --timeout 900)
+
+echo "== ASan+UBSan build (clang-14) with fuzz targets"
+CC=clang-14 CXX=clang++-14 cmake -S "$src" -B "$asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DKTHOST_SANITIZE=ON -DKTHOST_FUZZ=ON -DKTHOST_GUEST_KIT=OFF >/dev/null
+cmake --build "$asan" -j"$(nproc)"
+echo "== unit tests under ASan+UBSan"
+(cd "$asan" && ctest --output-on-failure -L unit)
+
+echo "== fuzz targets, ${fuzz_seconds}s each"
+for target in "$asan"/tests/fuzz/fuzz_*; do
+  [ -x "$target" ] || continue
+  name=$(basename "$target")
+  corpus="$asan/fuzz-corpus/$name"
+  mkdir -p "$corpus"
+  seeds="$src/tests/fuzz/corpus/$name"
+  [ -d "$seeds" ] || seeds=""
+  log="$asan/fuzz-$name.log"
+  mkdir -p "$asan/fuzz-artifacts"
+  # shellcheck disable=SC2086
+  if ! "$target" -max_total_time="$fuzz_seconds" -print_final_stats=1 \
+      -artifact_prefix="$asan/fuzz-artifacts/$name-" "$corpus" $seeds >"$log" 2>&1; then
+    echo "-- $name: FAILED"; tail -40 "$log"; exit 1
+  fi
+  echo "-- $name: $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$') runs, no failure"
+done
+echo "== all tests passed"
