@@ -1,0 +1,49 @@
+#include "kthost/sideband/event_log.h"
+
+namespace kt {
+
+void EventLog::append(std::vector<SidebandEvent>&& events) {
+  for (auto& ev : events) {
+    if (events_.size() >= max_events_) {
+      ++dropped_;
+      continue;
+    }
+    ev.index = events_.size();
+    ++counts_[event_kind(ev.body)];
+    if (const auto* lost = std::get_if<LostEvent>(&ev.body)) lost_[lost->kind] += lost->count;
+    if (std::holds_alternative<HeartbeatEvent>(ev.body)) last_heartbeat_ = static_cast<long>(events_.size());
+    events_.push_back(std::move(ev));
+  }
+  events.clear();
+}
+
+size_t EventLog::count(const std::string& kind) const {
+  auto it = counts_.find(kind);
+  return it == counts_.end() ? 0 : it->second;
+}
+
+std::vector<const SidebandEvent*> EventLog::of_kind(const std::string& kind) const {
+  std::vector<const SidebandEvent*> out;
+  for (const auto& ev : events_)
+    if (kind == event_kind(ev.body)) out.push_back(&ev);
+  return out;
+}
+
+std::vector<const SidebandEvent*> EventLog::between(uint64_t t0, uint64_t t1) const {
+  std::vector<const SidebandEvent*> out;
+  for (const auto& ev : events_)
+    if (ev.time >= t0 && ev.time <= t1) out.push_back(&ev);
+  return out;
+}
+
+uint64_t EventLog::lost(uint32_t kind) const {
+  auto it = lost_.find(kind);
+  return it == lost_.end() ? 0 : it->second;
+}
+
+const HeartbeatEvent* EventLog::last_heartbeat() const {
+  if (last_heartbeat_ < 0) return nullptr;
+  return &std::get<HeartbeatEvent>(events_[static_cast<size_t>(last_heartbeat_)].body);
+}
+
+}  // namespace kt

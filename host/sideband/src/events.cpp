@@ -1,0 +1,164 @@
+#include "kthost/sideband/events.h"
+
+#include <nlohmann/json.hpp>
+
+#include "kthost/common/strings.h"
+
+namespace kt {
+
+std::optional<uint64_t> GuestClock::to_tsc(uint64_t perf_time) const {
+  if (!valid || perf_time < time_zero) return std::nullopt;
+  // Inverse of perf's tsc->time: time = time_zero + (tsc * mult) >> shift,
+  // split into quotient and remainder so that nothing overflows.
+  uint64_t t = perf_time - time_zero;
+  uint64_t quot = t / time_mult, rem = t % time_mult;
+  return (quot << time_shift) + (rem << time_shift) / time_mult;
+}
+
+namespace {
+struct KindVisitor {
+  const char* operator()(const HelloEvent&) const { return "hello"; }
+  const char* operator()(const KsymbolEvent&) const { return "ksymbol"; }
+  const char* operator()(const BpfEvent&) const { return "bpf"; }
+  const char* operator()(const TextPokeEvent&) const { return "text_poke"; }
+  const char* operator()(const ModuleEvent& m) const { return m.load ? "module_load" : "module_unload"; }
+  const char* operator()(const LostEvent&) const { return "lost"; }
+  const char* operator()(const GuardNoticeEvent&) const { return "guard_notice"; }
+  const char* operator()(const HeartbeatEvent&) const { return "heartbeat"; }
+  const char* operator()(const ClockEvent&) const { return "clock"; }
+  const char* operator()(const StateDumpEvent&) const { return "state_dump"; }
+  const char* operator()(const ErrorEvent&) const { return "error"; }
+};
+
+const char* lost_kind_name(uint32_t kind) {
+  switch (kind) {
+    case 1: return "perf-ring";
+    case 2: return "queue";
+    case 3: return "guard-timeout";
+    case 4: return "module-race";
+  }
+  return "unknown";
+}
+
+std::string spaced_hex(const std::vector<uint8_t>& b) {
+  std::string out;
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (i) out += ' ';
+    out += hex_bytes(&b[i], 1);
+  }
+  return out;
+}
+}  // namespace
+
+const char* event_kind(const EventBody& body) { return std::visit(KindVisitor{}, body); }
+
+std::string describe(const SidebandEvent& ev) {
+  std::string cpu = ev.cpu == UINT32_MAX ? "" : " cpu" + std::to_string(ev.cpu);
+  std::string head = std::string(event_kind(ev.body)) + cpu + " t=" + std::to_string(ev.time);
+  return std::visit(
+      [&](const auto& b) -> std::string {
+        using T = std::decay_t<decltype(b)>;
+        if constexpr (std::is_same_v<T, HelloEvent>)
+          return head + " release=" + b.release + " cpus=" + std::to_string(b.cpu_count) +
+                 " clock=" + (b.clock.valid ? "tsc" : "perf-only") + " session=" + hex(b.session);
+        else if constexpr (std::is_same_v<T, KsymbolEvent>)
+          return head + (b.unregister ? " unregister " : " register ") + hex(b.addr) + " len=" + std::to_string(b.len) +
+                 " type=" + std::to_string(b.ksym_type) + " " + b.name;
+        else if constexpr (std::is_same_v<T, BpfEvent>)
+          return head + (b.load ? " load" : " unload") + " id=" + std::to_string(b.id) + " tag=" + b.tag;
+        else if constexpr (std::is_same_v<T, TextPokeEvent>)
+          return head + " " + hex(b.addr) + " " + spaced_hex(b.old_bytes) + " -> " + spaced_hex(b.new_bytes);
+        else if constexpr (std::is_same_v<T, ModuleEvent>)
+          return head + " " + b.name + " text=" + hex(b.text_addr) + "+" + std::to_string(b.text_size) +
+                 " core=" + hex(b.core_addr) + "+" + std::to_string(b.core_size);
+        else if constexpr (std::is_same_v<T, LostEvent>)
+          return head + " " + lost_kind_name(b.kind) + " count=" + std::to_string(b.count) +
+                 (b.record_type ? " type=" + std::to_string(b.record_type) : "");
+        else if constexpr (std::is_same_v<T, GuardNoticeEvent>)
+          return head + " id=" + std::to_string(b.id) + " [" + hex(b.start) + ", " + hex(b.end) + ") kind=" +
+                 std::to_string(b.kind);
+        else if constexpr (std::is_same_v<T, HeartbeatEvent>)
+          return head + " frames=" + std::to_string(b.frames_sent) + " records=" + std::to_string(b.perf_records) +
+                 " pokes=" + std::to_string(b.text_pokes) + " lost=" + std::to_string(b.lost_records) +
+                 " dropped=" + std::to_string(b.queue_dropped);
+        else if constexpr (std::is_same_v<T, ClockEvent>)
+          return head + " time_zero=" + std::to_string(b.clock.time_zero) + " mult=" + std::to_string(b.clock.time_mult) +
+                 " shift=" + std::to_string(b.clock.time_shift);
+        else if constexpr (std::is_same_v<T, StateDumpEvent>)
+          return head + (b.reason == 2 ? " reconnect" : " start") + " symbols=" + std::to_string(b.symbols) +
+                 " modules=" + std::to_string(b.modules) + " bpf=" + std::to_string(b.bpf_progs) +
+                 " cpus=" + std::to_string(b.cpus);
+        else
+          return head + " " + b.message;
+      },
+      ev.body);
+}
+
+std::string to_json(const SidebandEvent& ev) {
+  nlohmann::json j = {{"kind", event_kind(ev.body)}, {"index", ev.index}, {"seq", ev.seq}, {"time", ev.time}};
+  if (ev.cpu != UINT32_MAX) j["cpu"] = ev.cpu;
+  std::visit(
+      [&](const auto& b) {
+        using T = std::decay_t<decltype(b)>;
+        if constexpr (std::is_same_v<T, HelloEvent>) {
+          j["release"] = b.release;
+          j["build_id"] = b.build_id;
+          j["cpu_count"] = b.cpu_count;
+          j["session"] = hex(b.session);
+          j["clock"] = {{"valid", b.clock.valid}, {"time_zero", b.clock.time_zero},
+                        {"time_mult", b.clock.time_mult}, {"time_shift", b.clock.time_shift}};
+        } else if constexpr (std::is_same_v<T, KsymbolEvent>) {
+          j["addr"] = hex(b.addr);
+          j["len"] = b.len;
+          j["ksym_type"] = b.ksym_type;
+          j["unregister"] = b.unregister;
+          j["name"] = b.name;
+        } else if constexpr (std::is_same_v<T, BpfEvent>) {
+          j["load"] = b.load;
+          j["id"] = b.id;
+          j["tag"] = b.tag;
+        } else if constexpr (std::is_same_v<T, TextPokeEvent>) {
+          j["addr"] = hex(b.addr);
+          j["old"] = hex_bytes(b.old_bytes.data(), b.old_bytes.size());
+          j["new"] = hex_bytes(b.new_bytes.data(), b.new_bytes.size());
+        } else if constexpr (std::is_same_v<T, ModuleEvent>) {
+          j["name"] = b.name;
+          j["text_addr"] = hex(b.text_addr);
+          j["text_size"] = b.text_size;
+          j["core_addr"] = hex(b.core_addr);
+          j["core_size"] = b.core_size;
+        } else if constexpr (std::is_same_v<T, LostEvent>) {
+          j["lost_kind"] = lost_kind_name(b.kind);
+          j["record_type"] = b.record_type;
+          j["count"] = b.count;
+        } else if constexpr (std::is_same_v<T, GuardNoticeEvent>) {
+          j["id"] = b.id;
+          j["start"] = hex(b.start);
+          j["end"] = hex(b.end);
+          j["guard_kind"] = b.kind;
+        } else if constexpr (std::is_same_v<T, HeartbeatEvent>) {
+          j["frames_sent"] = b.frames_sent;
+          j["perf_records"] = b.perf_records;
+          j["text_pokes"] = b.text_pokes;
+          j["lost_records"] = b.lost_records;
+          j["queue_dropped"] = b.queue_dropped;
+        } else if constexpr (std::is_same_v<T, ClockEvent>) {
+          j["time_zero"] = b.clock.time_zero;
+          j["time_mult"] = b.clock.time_mult;
+          j["time_shift"] = b.clock.time_shift;
+          j["valid"] = b.clock.valid;
+        } else if constexpr (std::is_same_v<T, StateDumpEvent>) {
+          j["reason"] = b.reason == 2 ? "reconnect" : "start";
+          j["symbols"] = b.symbols;
+          j["modules"] = b.modules;
+          j["bpf_progs"] = b.bpf_progs;
+          j["cpus"] = b.cpus;
+        } else {
+          j["message"] = b.message;
+        }
+      },
+      ev.body);
+  return j.dump();
+}
+
+}  // namespace kt
