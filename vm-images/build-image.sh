@@ -3,7 +3,7 @@
 #   OUTDIR/{vmlinuz, initrd.gz, System.map, config, manifest.json, modules/}
 #
 # usage: build-image.sh OUTDIR --guest-kit DIR [--cache DIR]
-#   --guest-kit DIR  holds the static ktexec and ktprobe binaries
+#   --guest-kit DIR  holds the static ktexec, ktprobe and ktguest binaries
 #   --cache DIR      where downloaded .debs are kept (default OUTDIR/cache)
 #
 # The kernel ABI is resolved at build time from linux-image-amd64: a pinned
@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$OUTDIR" ] || die "usage: build-image.sh OUTDIR --guest-kit DIR [--cache DIR]"
 [ -n "$GUEST_KIT" ] || die "--guest-kit DIR is required"
-for tool in ktexec ktprobe; do
+for tool in ktexec ktprobe ktguest; do
   [ -x "$GUEST_KIT/$tool" ] || die "$GUEST_KIT/$tool is missing or not executable"
 done
 for cmd in apt-cache apt-get dpkg-deb cpio gzip sha256sum python3; do
@@ -79,6 +79,7 @@ STAMP_TEXT=$(
   echo "init $(sha "$HERE/init")"
   echo "ktexec $(sha "$GUEST_KIT/ktexec")"
   echo "ktprobe $(sha "$GUEST_KIT/ktprobe")"
+  echo "ktguest $(sha "$GUEST_KIT/ktguest")"
   echo "package $KPKG $KVER"
   echo "package $BBPKG $BBVER"
   echo "epoch ${SOURCE_DATE_EPOCH:-package}"
@@ -167,7 +168,7 @@ install -m 755 "$WORK/busybox/bin/busybox" "$ROOT/bin/busybox"
 "$ROOT/bin/busybox" --list-full | while read -r applet; do
   [ -e "$ROOT/$applet" ] || [ "$applet" = linuxrc ] || ln -s /bin/busybox "$ROOT/$applet"
 done
-install -m 755 "$GUEST_KIT/ktexec" "$GUEST_KIT/ktprobe" "$ROOT/usr/bin/"
+install -m 755 "$GUEST_KIT/ktexec" "$GUEST_KIT/ktprobe" "$GUEST_KIT/ktguest" "$ROOT/usr/bin/"
 install -m 755 "$HERE/init" "$ROOT/init"
 for mod in $ORDER; do
   install -m 644 "$(module_file "$mod")" "$ROOT/lib/modules/$RELEASE/kthost/$mod.ko"
@@ -222,7 +223,7 @@ manifest = {
                   "architecture": field(d, "Architecture"), "deb_sha256": sha(d)} for d in debs],
     "system_map_placeholder": os.environ["SYSTEM_MAP_PLACEHOLDER"] == "true",
     "modules": {"load_order": order.split(), "test": test.split()},
-    "guest_kit": {t: sha(os.path.join(kit, t)) for t in ("ktexec", "ktprobe")},
+    "guest_kit": {t: sha(os.path.join(kit, t)) for t in ("ktexec", "ktprobe", "ktguest")},
     "files": dict(sorted(files.items())),
 }
 with open(os.path.join(out, "manifest.json"), "w") as f:

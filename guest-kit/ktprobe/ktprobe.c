@@ -5,6 +5,7 @@
  *   ktprobe kcore-read ADDR LEN [--raw]
  *   ktprobe bpf-load [--insns N] [--name NAME] [--hold SECONDS]
  *   ktprobe phys-pattern --pages N [--hold SECONDS]
+ *   ktprobe sideband-count --seconds S
  */
 #define _GNU_SOURCE
 #include <elf.h>
@@ -12,13 +13,18 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <linux/bpf.h>
+#include <linux/perf_event.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/time.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include "kelf.h"
 
 #define MAX_KCORE_READ (64u << 20)
 #define MAX_PHDRS 4096
@@ -289,13 +295,100 @@ static int phys_pattern(int argc, char **argv) {
   return 0;
 }
 
+/* ---- sideband-count ----
+ * Counts the perf side-band records ktguest forwards, with its own per-CPU
+ * dummy events and a parser of its own (an oracle must not share the code it
+ * checks). Run a workload in the background meanwhile. */
+#define SB_MAX_CPUS 256
+#define SB_PAGES 256 /* 1 MiB per CPU, like ktguest */
+
+static int sideband_count(int argc, char **argv) {
+  uint64_t seconds = 0, n[4] = {0}; /* text_poke, ksymbol, bpf_event, lost */
+  if (argc != 2 || strcmp(argv[0], "--seconds") != 0 || parse_u64(argv[1], &seconds) || !seconds || seconds > 3600) {
+    fprintf(stderr, "usage: ktprobe sideband-count --seconds S (1..3600)\n");
+    return 2;
+  }
+  static struct pollfd fds[SB_MAX_CPUS];
+  static unsigned char *maps[SB_MAX_CPUS];
+  int nfd = 0;
+  size_t size = (size_t)SB_PAGES * PAGE;
+  for (int cpu = 0; cpu < SB_MAX_CPUS; ++cpu) {
+    struct perf_event_attr a;
+    memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    a.type = PERF_TYPE_SOFTWARE;
+    a.config = PERF_COUNT_SW_DUMMY;
+    a.sample_type = PERF_SAMPLE_TIME | PERF_SAMPLE_CPU;
+    a.sample_id_all = a.ksymbol = a.bpf_event = a.text_poke = 1;
+    a.watermark = 1;
+    a.wakeup_watermark = (uint32_t)(size / 16);
+    int fd = (int)syscall(SYS_perf_event_open, &a, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC);
+    if (fd < 0) continue; /* offline or absent CPU */
+    void *m = mmap(NULL, PAGE + size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) return die("mmap perf ring");
+    fds[nfd] = (struct pollfd){fd, POLLIN, 0};
+    maps[nfd++] = m;
+  }
+  if (nfd == 0) return die("perf_event_open");
+  struct timeval t0, t;
+  gettimeofday(&t0, NULL);
+  for (int last = 0; !last;) {
+    gettimeofday(&t, NULL);
+    last = (uint64_t)(t.tv_sec - t0.tv_sec) >= seconds;
+    if (!last) poll(fds, (nfds_t)nfd, 50);
+    for (int i = 0; i < nfd; ++i) {
+      struct perf_event_mmap_page *pg = (struct perf_event_mmap_page *)maps[i];
+      unsigned char *data = maps[i] + PAGE;
+      uint64_t head = __atomic_load_n(&pg->data_head, __ATOMIC_ACQUIRE), tail = pg->data_tail;
+      while (head - tail >= 8) {
+        struct perf_event_header h;
+        uint64_t lost = 0;
+        for (size_t k = 0; k < sizeof h; ++k) ((unsigned char *)&h)[k] = data[(tail + k) % size];
+        if (h.size < sizeof h || h.size > head - tail) break;
+        if (h.type == PERF_RECORD_TEXT_POKE) n[0]++;
+        else if (h.type == PERF_RECORD_KSYMBOL) n[1]++;
+        else if (h.type == PERF_RECORD_BPF_EVENT) n[2]++;
+        else if (h.type == PERF_RECORD_LOST && h.size >= 24) {
+          for (size_t k = 0; k < 8; ++k) ((unsigned char *)&lost)[k] = data[(tail + 16 + k) % size];
+          n[3] += lost;
+        }
+        tail += h.size;
+      }
+      __atomic_store_n(&pg->data_tail, head, __ATOMIC_RELEASE);
+    }
+  }
+  printf("{\"text_poke\":%" PRIu64 ",\"ksymbol\":%" PRIu64 ",\"bpf_event\":%" PRIu64 ",\"lost\":%" PRIu64
+         ",\"cpus\":%d}\n", n[0], n[1], n[2], n[3], nfd);
+  return 0;
+}
+
+/* Prints the size of one section of an ELF file (the test oracle for module
+ * text ranges: .text of a .ko). */
+static int elf_section(int argc, char **argv) {
+  uint64_t size;
+  if (argc != 2) {
+    fprintf(stderr, "usage: ktprobe elf-section-size FILE SECTION\n");
+    return 2;
+  }
+  if (kelf_section_size(argv[0], argv[1], &size) != 0) {
+    fprintf(stderr, "ktprobe: %s: no section %s (or not ELF64)\n", argv[0], argv[1]);
+    return 1;
+  }
+  printf("%llu\n", (unsigned long long)size);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "elf-section-size") == 0) return elf_section(argc - 2, argv + 2);
   if (argc >= 2 && strcmp(argv[1], "kcore-read") == 0) return kcore_read(argc - 2, argv + 2);
   if (argc >= 2 && strcmp(argv[1], "bpf-load") == 0) return bpf_load(argc - 2, argv + 2);
   if (argc >= 2 && strcmp(argv[1], "phys-pattern") == 0) return phys_pattern(argc - 2, argv + 2);
+  if (argc >= 2 && strcmp(argv[1], "sideband-count") == 0) return sideband_count(argc - 2, argv + 2);
   fprintf(stderr,
           "usage: ktprobe kcore-read ADDR LEN [--raw]\n"
+          "       ktprobe elf-section-size FILE SECTION\n"
           "       ktprobe bpf-load [--insns N] [--name NAME] [--hold SECONDS]\n"
-          "       ktprobe phys-pattern --pages N [--hold SECONDS]\n");
+          "       ktprobe phys-pattern --pages N [--hold SECONDS]\n"
+          "       ktprobe sideband-count --seconds S\n");
   return 2;
 }

@@ -59,7 +59,10 @@ enum ktp_type {
   KTP_HEARTBEAT = 17,    /* guest->host, periodic, with counters */
   KTP_CLOCK = 18,        /* guest->host: perf clock parameters changed */
   KTP_ERROR = 19,        /* either way: a human-readable reason, then the sender closes */
-  KTP_TYPE_MAX = 19
+  KTP_HOST_HELLO = 20,   /* host->guest, first frame of every host connection: start over with
+                            HELLO and a state dump (a quick disconnect+reconnect may be invisible
+                            to the guest's port, so the host says so itself) */
+  KTP_TYPE_MAX = 20
 };
 
 /* Guest time: perf clock (ns) plus what turns it into guest TSC. When
@@ -254,6 +257,7 @@ size_t ktp_find_magic(const uint8_t* buf, size_t len);
  * array, whose slots may be overwritten before an error is found. */
 int ktp_parse_hello(const struct ktp_frame* f, struct ktp_hello* out);
 int ktp_parse_hello_ack(const struct ktp_frame* f, struct ktp_hello_ack* out);
+int ktp_parse_host_hello(const struct ktp_frame* f, struct ktp_hello_ack* out); /* same payload as HELLO_ACK */
 int ktp_parse_state_begin(const struct ktp_frame* f, struct ktp_state_begin* out);
 int ktp_parse_state_symbols(const struct ktp_frame* f, struct ktp_state_symbols* out); /* out->symbols: KTP_MAX_BATCH slots */
 int ktp_parse_module(const struct ktp_frame* f, struct ktp_module* out); /* STATE_MODULE, MODULE_LOAD, MODULE_UNLOAD */
@@ -280,6 +284,7 @@ int ktp_parse_error(const struct ktp_frame* f, struct ktp_error* out);
  * have been partly written. */
 long ktp_encode_hello(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_hello* m);
 long ktp_encode_hello_ack(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_hello_ack* m);
+long ktp_encode_host_hello(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_hello_ack* m);
 long ktp_encode_state_begin(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_state_begin* m);
 long ktp_encode_state_symbols(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_state_symbols* m);
 long ktp_encode_module(uint8_t* buf, size_t cap, uint64_t seq, uint8_t type, const struct ktp_module* m);

@@ -27,6 +27,13 @@ long ktp_encode_hello_ack(uint8_t* buf, size_t cap, uint64_t seq, const struct k
   return ktp_writer_finish(&w, KTP_HELLO_ACK, seq);
 }
 
+long ktp_encode_host_hello(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_hello_ack* m) {
+  struct ktp_writer w = ktp_writer_begin(buf, cap);
+  ktp_put_u16(&w, m->proto_minor);
+  ktp_put_u32(&w, m->flags);
+  return ktp_writer_finish(&w, KTP_HOST_HELLO, seq);
+}
+
 long ktp_encode_state_begin(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_state_begin* m) {
   struct ktp_writer w = ktp_writer_begin(buf, cap);
   ktp_put_u64(&w, m->time);

@@ -28,17 +28,25 @@ int ktp_parse_hello(const struct ktp_frame* f, struct ktp_hello* out) {
   return st;
 }
 
-int ktp_parse_hello_ack(const struct ktp_frame* f, struct ktp_hello_ack* out) {
+static int parse_ack_payload(const struct ktp_frame* f, struct ktp_hello_ack* out) {
   struct ktp_reader r = ktp_reader_of(f);
   struct ktp_hello_ack m;
   int st;
-  if (f->type != KTP_HELLO_ACK)
-    return KTP_ERR_TYPE;
   m.proto_minor = ktp_get_u16(&r);
   m.flags = ktp_get_u32(&r);
   if ((st = ktp_reader_finish(&r)) == KTP_OK)
     *out = m;
   return st;
+}
+
+int ktp_parse_hello_ack(const struct ktp_frame* f, struct ktp_hello_ack* out) {
+  if (f->type != KTP_HELLO_ACK) return KTP_ERR_TYPE;
+  return parse_ack_payload(f, out);
+}
+
+int ktp_parse_host_hello(const struct ktp_frame* f, struct ktp_hello_ack* out) {
+  if (f->type != KTP_HOST_HELLO) return KTP_ERR_TYPE;
+  return parse_ack_payload(f, out);
 }
 
 int ktp_parse_state_begin(const struct ktp_frame* f, struct ktp_state_begin* out) {

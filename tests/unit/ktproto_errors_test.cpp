@@ -91,6 +91,8 @@ std::vector<Case> every_type() {
       [](auto f) { return ktp_parse_hello(f, &hello); });
   add([&](uint8_t* p, size_t c) { return ktp_encode_hello_ack(p, c, 0, &ack); },
       [](auto f) { return ktp_parse_hello_ack(f, &ack); });
+  add([&](uint8_t* p, size_t c) { return ktp_encode_host_hello(p, c, 0, &ack); },
+      [](auto f) { return ktp_parse_host_hello(f, &ack); });
   add([&](uint8_t* p, size_t c) { return ktp_encode_state_begin(p, c, 0, &begin); },
       [](auto f) { return ktp_parse_state_begin(f, &begin); });
   const ktp_state_symbols in_batch{2, in_syms};

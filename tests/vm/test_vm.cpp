@@ -44,7 +44,7 @@ Result<std::unique_ptr<TestVm>> TestVm::start(const VmOptions& o) {
   std::string cmd = launcher() + " start --image " + image_dir() + " --state-dir " + vm->state_dir_ +
                     " --name " + o.name + " --mem " + o.mem + " --smp " + std::to_string(o.smp) +
                     " --ram-backend " + o.ram_backend + " --machine " + o.machine +
-                    " --boot-timeout " + std::to_string(o.boot_timeout_s);
+                    " --boot-timeout " + std::to_string(o.boot_timeout_s) + " --tcg-threads " + o.tcg_threads;
   auto r = run_command(cmd, o.boot_timeout_s + 60);
   vm->vm_json_ = vm->state_dir_ + "/vm.json";
   if (r.status != 0) {

@@ -21,6 +21,11 @@ struct VmOptions {
   std::string ram_backend = "file";  // file, memfd, none
   std::string machine = "q35";
   int boot_timeout_s = 150;
+  // "single" for guests that patch their text at a high rate (ftrace): with
+  // one host thread per vCPU, QEMU 7.2 TCG let both vCPUs spin forever on a
+  // function-entry site during the function-tracer storm (soft lockups in
+  // _raw_read_lock+0x0); one thread for all vCPUs did not.
+  std::string tcg_threads = "multi";
 };
 
 // Runs a shell command line with a hard timeout; returns its exit status and

@@ -15,6 +15,13 @@ Result<SidebandChannel> SidebandChannel::connect(const std::string& socket_path,
   SidebandChannel ch;
   ch.path_ = socket_path;
   KT_ASSIGN_OR_RETURN(ch.fd_, connect_unix(socket_path, timeout));
+  // Announce this connection: the guest's port may not have noticed that the
+  // previous host left and this one arrived.
+  uint8_t frame[KTP_HEADER_SIZE + 16];
+  ktp_hello_ack hello{0, 0};
+  long len = ktp_encode_host_hello(frame, sizeof frame, ch.tx_seq_++, &hello);
+  if (len < 0) return Error(ErrorCode::Protocol, "encode HOST_HELLO failed");
+  KT_TRY(ch.send_frame(frame, static_cast<size_t>(len)));
   return ch;
 }
 

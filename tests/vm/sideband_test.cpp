@@ -1,0 +1,220 @@
+// The sideband against a real TCG guest running ktguest: every change to
+// guest kernel text reaches the host as an event, with the right data.
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "guest_checks.h"
+#include "kthost/sideband/channel.h"
+#include "kthost/sideband/event_log.h"
+
+namespace kt::test {
+namespace {
+
+class Sideband : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto vm = TestVm::start(VmOptions{.name = "sideband", .tcg_threads = "single"});
+    ASSERT_TRUE(vm) << vm.error().message;
+    vm_ = std::move(*vm);
+  }
+  static void TearDownTestSuite() { vm_.reset(); }
+
+  void SetUp() override {
+    ASSERT_NE(vm_, nullptr) << "the guest did not boot";
+    auto ch = SidebandChannel::connect(vm_->description().channel);
+    ASSERT_TRUE(ch) << ch.error().message;
+    channel_ = std::make_unique<SidebandChannel>(std::move(*ch));
+    // Every connection starts with HELLO and a state dump.
+    ASSERT_TRUE(collect_until([&] { return log_.count("state_dump") > 0; }, 120)) << "no state dump within 120 s";
+  }
+
+  // Polls the channel into log_ until `done` or the timeout (seconds).
+  bool collect_until(const std::function<bool()>& done, int timeout_s) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto events = channel_->poll(std::chrono::milliseconds(100));
+      if (!events) {
+        ADD_FAILURE() << events.error().message;
+        return false;
+      }
+      log_.append(std::move(*events));
+      if (done()) return true;
+    }
+    return done();
+  }
+  void drain(int seconds) { collect_until([] { return false; }, seconds); }
+
+  static inline std::unique_ptr<TestVm> vm_;
+  std::unique_ptr<SidebandChannel> channel_;
+  EventLog log_;
+};
+
+TEST_F(Sideband, StateDumpHasKallsymsModulesAndCpus) {
+  const auto& hello = std::get<HelloEvent>(log_.of_kind("hello").front()->body);
+  auto release = vm_->check("uname -r");
+  ASSERT_TRUE(release);
+  EXPECT_EQ(hello.release, std::string(trim(*release)));
+  EXPECT_EQ(hello.cpu_count, 2u);
+  EXPECT_TRUE(hello.clock.valid) << "tsc=reliable should give cap_user_time_zero";
+  const GuestState& state = channel_->decoder().state();
+  EXPECT_GT(state.symbols.size(), 50000u);
+  GuestSymbols guest = guest_symbols(*vm_);
+  uint64_t stext = symbol(guest, "_stext");
+  bool found = false;
+  for (const auto& s : state.symbols)
+    if (s.name == "_stext") found = s.addr == stext;
+  EXPECT_TRUE(found) << "_stext missing or at another address in the state dump";
+  auto text = vm_->check("cat /sys/module/virtio_console/sections/.text");
+  ASSERT_TRUE(text);
+  bool module_ok = false;
+  for (const auto& m : state.modules)
+    if (m.name == "virtio_console") module_ok = m.text_addr == parse_u64(trim(*text), 0).value_or(1);
+  EXPECT_TRUE(module_ok) << "virtio_console missing from the state dump or with the wrong .text";
+  EXPECT_EQ(state.cpus, (std::vector<uint32_t>{0, 1}));
+}
+
+TEST_F(Sideband, BpfLoadAndUnloadGiveKsymbolAndBpfEvents) {
+  auto out = vm_->check("ktprobe bpf-load --insns 20 --name kt_sideband");
+  ASSERT_TRUE(out) << out.error().message;
+  auto info = nlohmann::json::parse(std::string(trim(*out)), nullptr, false);
+  ASSERT_TRUE(info.is_object()) << *out;
+  uint64_t addr = parse_u64(info["jited_addr"].get<std::string>(), 0).value_or(0);
+  uint64_t len = info["jited_len"].get<uint64_t>();
+  uint32_t id = info["id"].get<uint32_t>();
+  std::string tag = info["tag"].get<std::string>();
+  auto seen = [&](bool unregister) {
+    for (const auto* ev : log_.of_kind("ksymbol")) {
+      const auto& k = std::get<KsymbolEvent>(ev->body);
+      if (k.addr == addr && k.unregister == unregister) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(collect_until([&] { return seen(false) && seen(true) && log_.count("bpf") >= 2; }, 30))
+      << "register/unregister of " << hex(addr) << " not both seen";
+  for (const auto* ev : log_.of_kind("ksymbol")) {
+    const auto& k = std::get<KsymbolEvent>(ev->body);
+    if (k.addr != addr) continue;
+    EXPECT_EQ(k.len, len);
+    EXPECT_EQ(k.ksym_type, 1u) << "PERF_RECORD_KSYMBOL_TYPE_BPF";
+    EXPECT_EQ(k.name, "bpf_prog_" + tag + "_kt_sideband");
+  }
+  int loads = 0, unloads = 0;
+  for (const auto* ev : log_.of_kind("bpf")) {
+    const auto& b = std::get<BpfEvent>(ev->body);
+    if (b.id != id) continue;
+    EXPECT_EQ(b.tag, tag);
+    (b.load ? loads : unloads)++;
+  }
+  EXPECT_EQ(loads, 1);
+  EXPECT_EQ(unloads, 1);
+}
+
+TEST_F(Sideband, ModuleLoadAndUnloadCarryTextRanges) {
+  auto text = vm_->check("insmod /lib/kthost-test/dummy.ko && cat /sys/module/dummy/sections/.text");
+  ASSERT_TRUE(text) << text.error().message;
+  auto size = vm_->check("ktprobe elf-section-size /lib/kthost-test/dummy.ko .text");
+  ASSERT_TRUE(size) << size.error().message;
+  ASSERT_TRUE(vm_->check("rmmod dummy"));
+  uint64_t addr = parse_u64(trim(*text), 0).value_or(0);
+  uint64_t text_size = parse_u64(trim(*size), 0).value_or(0);
+  ASSERT_GT(text_size, 0u);
+  ASSERT_TRUE(collect_until([&] { return log_.count("module_load") && log_.count("module_unload"); }, 30));
+  for (const char* kind : {"module_load", "module_unload"}) {
+    const auto& m = std::get<ModuleEvent>(log_.of_kind(kind).back()->body);
+    EXPECT_EQ(m.name, "dummy") << kind;
+    EXPECT_EQ(m.text_addr, addr) << kind;
+    EXPECT_EQ(m.text_size, text_size) << kind;
+  }
+}
+
+TEST_F(Sideband, EveryTextPokeArrivesOrItsLossIsCounted) {
+  // The guest counts TEXT_POKE records independently (its own perf events),
+  // while it toggles a static key and then the ftrace function tracer.
+  std::string workload =
+      "ktprobe sideband-count --seconds 25 > /tmp/count.json & sleep 1; "
+      "T=/sys/kernel/tracing; echo 1 > $T/events/sched/sched_switch/enable; echo 0 > $T/events/sched/sched_switch/enable; "
+      "echo function > $T/current_tracer; echo nop > $T/current_tracer; wait; cat /tmp/count.json";
+  auto out = vm_->check(workload, std::chrono::seconds(180));
+  ASSERT_TRUE(out) << out.error().message;
+  auto count = nlohmann::json::parse(std::string(trim(*out)), nullptr, false);
+  ASSERT_TRUE(count.is_object()) << *out;
+  uint64_t guest_pokes = count["text_poke"].get<uint64_t>();
+  ASSERT_GT(guest_pokes, 1000u) << "the function tracer should poke thousands of sites";
+  EXPECT_EQ(count["lost"].get<uint64_t>(), 0u) << "the oracle's own rings overflowed";
+  // ktguest's heartbeats carry its running count of TEXT_POKE records read
+  // from the perf rings, enqueued in order with the pokes themselves. So the
+  // pokes the host logged between the first and the last heartbeat must equal
+  // the difference of those counts exactly, unless a loss was reported.
+  collect_until([&] {
+    const auto* hb = log_.last_heartbeat();
+    return hb && hb->text_pokes >= guest_pokes && log_.count("heartbeat") >= 2;
+  }, 120);
+  drain(2);  // one more heartbeat after the last poke
+  const HeartbeatEvent* first_hb = nullptr;
+  const HeartbeatEvent* last_hb = nullptr;
+  uint64_t host = 0;
+  for (const auto& ev : log_.events()) {
+    if (const auto* hb = std::get_if<HeartbeatEvent>(&ev.body)) {
+      if (!first_hb) first_hb = hb;
+      last_hb = hb;
+    } else if (std::holds_alternative<TextPokeEvent>(ev.body) && first_hb) {
+      ++host;
+    }
+  }
+  ASSERT_NE(first_hb, nullptr);
+  // Pokes after the last heartbeat are not in its count.
+  uint64_t after_last = 0;
+  for (auto it = log_.events().rbegin(); it != log_.events().rend(); ++it) {
+    if (std::holds_alternative<HeartbeatEvent>(it->body)) break;
+    if (std::holds_alternative<TextPokeEvent>(it->body)) ++after_last;
+  }
+  uint64_t guest = last_hb->text_pokes - first_hb->text_pokes;
+  uint64_t counted = host - after_last;
+  uint64_t lost = log_.lost(1) + log_.lost(2);
+  std::printf("[          ] text pokes: ktguest read %lu between heartbeats, host got %lu; independent guest "
+              "oracle %lu (lost %lu); reported lost %lu\n",
+              static_cast<unsigned long>(guest), static_cast<unsigned long>(counted),
+              static_cast<unsigned long>(guest_pokes), static_cast<unsigned long>(count["lost"].get<uint64_t>()),
+              static_cast<unsigned long>(lost));
+  if (lost == 0) {
+    EXPECT_EQ(counted, guest) << "no loss was reported, so every poke ktguest read must have arrived";
+  } else {
+    std::printf("[          ] the guest's rings or queue overflowed: %lu records lost, reported exactly\n",
+                static_cast<unsigned long>(lost));
+    EXPECT_EQ(counted + lost, guest);
+  }
+  // The oracle's own perf events flip static keys when it opens and closes
+  // them, which it cannot see itself; everything else it saw, the host saw.
+  EXPECT_GE(counted + lost + 64, guest_pokes);
+  EXPECT_LE(guest_pokes, counted + lost);
+  for (const auto* ev : log_.of_kind("text_poke")) {
+    const auto& p = std::get<TextPokeEvent>(ev->body);
+    // A new trampoline is reported with no old bytes; a patched site with both.
+    ASSERT_TRUE(p.old_bytes.empty() || p.old_bytes.size() == p.new_bytes.size());
+    ASSERT_FALSE(p.new_bytes.empty());
+  }
+}
+
+TEST_F(Sideband, ReaderKilledAndReconnectedGetsFreshStateAndDropReport) {
+  channel_.reset();  // the host reader goes away
+  auto during = vm_->exec("for i in 1 2 3; do ktprobe bpf-load --name kt_away >/dev/null; done; echo still-fine",
+                          std::chrono::seconds(60));
+  ASSERT_TRUE(during) << during.error().message;
+  EXPECT_EQ(during->output, "still-fine\n") << "the guest must not block while no host reads the sideband";
+  log_ = EventLog();
+  auto ch = SidebandChannel::connect(vm_->description().channel);
+  ASSERT_TRUE(ch) << ch.error().message;
+  channel_ = std::make_unique<SidebandChannel>(std::move(*ch));
+  ASSERT_TRUE(collect_until([&] { return log_.count("state_dump") > 0; }, 120));
+  const auto* dump = log_.of_kind("state_dump").front();
+  EXPECT_EQ(std::get<StateDumpEvent>(dump->body).reason, 2u) << "reason must be reconnect";
+  EXPECT_EQ(log_.of_kind("hello").size(), 1u);
+  // What happened while no one read is either delivered or reported as lost.
+  collect_until([&] { return log_.count("bpf") >= 6 || log_.lost(2) > 0; }, 30);
+  EXPECT_TRUE(log_.count("bpf") >= 6 || log_.lost(2) > 0)
+      << "3 loads + 3 unloads happened while disconnected: got " << log_.count("bpf") << " bpf events and "
+      << log_.lost(2) << " queue losses";
+}
+
+}  // namespace
+}  // namespace kt::test
