@@ -10,5 +10,5 @@ trap '"$src/vm-images/ktvm" stop --vm "$state/vm.json" >/dev/null 2>&1 || true; 
 echo "== protocol decode rate"
 "$build/tests/bench/bench_ktproto"
 echo "== real guest: ftrace storm through virtio-serial"
-"$src/vm-images/ktvm" start --image "$build/vm-image" --state-dir "$state" --name sbbench >/dev/null
+"$src/vm-images/ktvm" start --image "$build/vm-image" --state-dir "$state" --name sbbench --tcg-threads single >/dev/null
 "$build/tests/bench/bench_sideband_pipe" --vm "$state/vm.json"
