@@ -90,12 +90,7 @@ std::vector<Check> run_checks() {
 int run(const std::vector<std::string>& args) {
   Options opt;
   opt.flag("json", "print the checks as JSON");
-  opt.flag("help", "show this help");
-  if (auto st = opt.parse(args); !st) return fail(kName, st.error());
-  if (opt.has("help")) {
-    std::printf("%s", opt.usage(kName).c_str());
-    return 0;
-  }
+  if (auto exit_status = parse_command_line(opt, kName, args)) return *exit_status;
   auto checks = run_checks();
   bool hardware = true;
   for (const auto& c : checks)

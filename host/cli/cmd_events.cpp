@@ -68,12 +68,7 @@ int run(const std::vector<std::string>& args) {
   opt.value("max-events", "N", "stop after N events");
   opt.flag("json", "print one JSON object per line");
   opt.flag("quiet", "print only the summary");
-  opt.flag("help", "show this help");
-  if (auto st = opt.parse(args); !st) return fail(kName, st.error());
-  if (opt.has("help")) {
-    std::printf("%s", opt.usage(kName).c_str());
-    return 0;
-  }
+  if (auto exit_status = parse_command_line(opt, kName, args)) return *exit_status;
   auto vm_path = opt.get("vm");
   if (!vm_path) return fail(kName, Error(ErrorCode::InvalidArgument, "--vm FILE is required"));
   auto vm = VmDescription::load(*vm_path);

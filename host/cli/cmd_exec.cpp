@@ -26,16 +26,8 @@ int run_exec(const std::vector<std::string>& args) {
   opts.value("vm", "FILE", "VM description (vm.json written by ktvm start)");
   opts.value("timeout", "SECONDS", "kill the command in the guest after this long (default 60)");
   opts.flag("json", "print {status, output, truncated, timed_out, not_run} as JSON");
-  opts.flag("help", "show this help");
   opts.allow_rest("CMD...", "the command; its words are joined with spaces and run by /bin/sh -c");
-  if (auto st = opts.parse(args); !st) {
-    std::fprintf(stderr, "%s", opts.usage("exec").c_str());
-    return fail("exec", st.error());
-  }
-  if (opts.has("help")) {
-    std::printf("%s", opts.usage("exec").c_str());
-    return 0;
-  }
+  if (auto exit_status = parse_command_line(opts, "exec", args)) return *exit_status;
   auto vm_path = opts.get("vm");
   if (!vm_path) return fail("exec", Error(ErrorCode::InvalidArgument, "--vm FILE is required"));
   if (opts.rest().empty()) return fail("exec", Error(ErrorCode::InvalidArgument, "no command given after --"));

@@ -75,18 +75,10 @@ int run(const std::vector<std::string>& args) {
   opt.value("modules", "FILE", "guest /proc/modules text to use with --kallsyms");
   opt.flag("no-guest-symbols", "do not ask the guest for symbols; ranges stay unnamed");
   opt.flag("json", "print the layout as JSON");
-  opt.flag("help", "show this help");
   std::vector<std::string> a = args;
   for (auto& s : a)
     if (s == "-o") s = "--output";
-  if (auto st = opt.parse(a); !st) {
-    std::fprintf(stderr, "%s", opt.usage(kName).c_str());
-    return fail(kName, st.error());
-  }
-  if (opt.has("help")) {
-    std::printf("%s", opt.usage(kName).c_str());
-    return 0;
-  }
+  if (auto exit_status = parse_command_line(opt, kName, a)) return *exit_status;
   auto vm_path = opt.get("vm");
   if (!vm_path) return fail(kName, Error(ErrorCode::InvalidArgument, "--vm FILE is required"));
   auto vm = VmDescription::load(*vm_path);

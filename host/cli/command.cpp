@@ -108,6 +108,21 @@ CommandRegistration::CommandRegistration(Command command) {
   command_table().emplace(name, std::move(command));
 }
 
+std::optional<int> parse_command_line(Options& options, const std::string& command,
+                                      const std::vector<std::string>& args) {
+  options.flag("help", "show this help");
+  if (auto st = options.parse(args); !st) {
+    std::fprintf(stderr, "%s", options.usage(command).c_str());
+    fail(command, st.error());
+    return 2;
+  }
+  if (options.has("help")) {
+    std::printf("%s", options.usage(command).c_str());
+    return 0;
+  }
+  return std::nullopt;
+}
+
 int fail(const std::string& command, const Error& error) {
   std::fprintf(stderr, "kthost %s: %s\n", command.c_str(), error.message.c_str());
   return 1;

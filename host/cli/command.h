@@ -61,4 +61,10 @@ struct CommandRegistration {
 // Prints "kthost NAME: message" to stderr and returns 1 (for `return fail(...)`).
 int fail(const std::string& command, const Error& error);
 
+// Adds --help, parses `args`, and handles the two early exits every command
+// shares: --help (usage, status 0) and a bad command line (usage and the
+// error, status 2). Returns nullopt when the command should go on.
+std::optional<int> parse_command_line(Options& options, const std::string& command,
+                                      const std::vector<std::string>& args);
+
 }  // namespace kt::cli
