@@ -14,7 +14,7 @@ echo "== booting the test VM"
 "$src/vm-images/ktvm" start --image "$build/vm-image" --state-dir "$state" --name demo
 kthost="$build/host/cli/kthost"
 echo "== workload in the guest: load a BPF program and a module, toggle a static key; kthost events shows what ktguest reports"
-"$kthost" events --vm "$state/vm.json" --duration 12 | grep -v '^text_poke' &
+"$kthost" events --vm "$state/vm.json" --duration 12 | grep -v '^\(text_poke\|heartbeat\)' &
 events=$!
 sleep 2
 "$kthost" exec --vm "$state/vm.json" -- 'ktprobe bpf-load --name demo_once >/dev/null; insmod /lib/kthost-test/dummy.ko && ktprobe bpf-load --name demo --hold 600 >/tmp/bpf.json & sleep 1; T=/sys/kernel/tracing; echo 1 > $T/events/sched/sched_switch/enable; echo 0 > $T/events/sched/sched_switch/enable; uname -a; lsmod'
