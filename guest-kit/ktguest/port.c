@@ -27,19 +27,23 @@
 
 #define PORT_NAME "org.kthost.0"
 #define ERROR_BACKOFF_MS 1000
+#define HOST_HELLO_WAIT_MS 3000
 
 static struct {
   int fd;
   int connected;
   int ever_connected;
-  int acked; /* HELLO_ACK received on this connection */
+  int acked;   /* HELLO_ACK received on this connection */
+  int session; /* HELLO and a state dump went out for the host on this connection */
+  int ever_session;
+  long long connected_at;
   long long reopen_at; /* after a host ERROR or a write error */
   int warned;
   uint8_t rbuf[2 * KTP_MAX_FRAME];
   size_t rlen;
 } P = {.fd = -1};
 
-int ktg_port_connected(void) { return P.connected; }
+int ktg_port_connected(void) { return P.connected && P.session; }
 
 static int find_port(char *out, size_t out_size) {
   DIR *dir = opendir("/sys/class/virtio-ports");
@@ -88,20 +92,37 @@ static void try_open(void) {
   if (fl >= 0) fcntl(P.fd, F_SETFL, fl | O_NONBLOCK);
 }
 
+/* The port is open on the host side. The session (HELLO, state dump, then
+ * the queue) starts when the host says HOST_HELLO, so that every host
+ * connection gets exactly one, even one the port did not show us. */
 static void on_connect(void) {
   P.connected = 1;
   P.acked = 0;
+  P.session = 0;
   P.rlen = 0;
+  P.connected_at = ktg_now_ms();
+  ktg_log("host connected; waiting for HOST_HELLO");
+}
+
+static void start_session(const char *why) {
+  if (P.session) {
+    ktg_queue_disconnect();
+    ktg_dump_abort();
+  }
+  P.session = 1;
+  P.acked = 0;
   g_ctr.connections++;
   ktg_queue_new_session();
-  ktg_dump_start(P.ever_connected ? KTP_STATE_RECONNECT : KTP_STATE_START);
-  ktg_log("host connected (connection %llu)", (unsigned long long)g_ctr.connections);
+  ktg_dump_start(P.ever_session ? KTP_STATE_RECONNECT : KTP_STATE_START);
+  ktg_log("session %llu started (%s)", (unsigned long long)g_ctr.connections, why);
+  P.ever_session = 1;
   P.ever_connected = 1;
 }
 
 static void on_disconnect(const char *why) {
   if (P.connected) ktg_log("host disconnected (%s); %zu bytes of events queued", why, ktg_queue_live_bytes());
   P.connected = 0;
+  P.session = 0;
   P.rlen = 0;
   ktg_queue_disconnect();
   ktg_dump_abort();
@@ -126,7 +147,12 @@ void ktg_port_tick(void) {
     try_open();
     if (P.fd < 0) return;
   }
-  if (P.connected) return;
+  if (P.connected) {
+    /* A host that never says HOST_HELLO (an older or simpler reader) still
+     * gets a session, a little later. */
+    if (!P.session && ktg_now_ms() - P.connected_at > HOST_HELLO_WAIT_MS) start_session("no HOST_HELLO");
+    return;
+  }
   struct pollfd pfd = {P.fd, POLLOUT, 0};
   if (poll(&pfd, 1, 0) < 0) return;
   if (pfd.revents & POLLNVAL) {
@@ -156,18 +182,9 @@ static void handle_frame(const struct ktp_frame *f) {
       break;
     }
     case KTP_HOST_HELLO: {
-      /* A host that connects says so: if this connection was already
-       * acknowledged, the host behind it is a new one that the port did not
-       * show us (a quick disconnect and reconnect). Start over for it. */
       struct ktp_hello_ack hh;
       if (ktp_parse_host_hello(f, &hh) != KTP_OK) break;
-      if (P.acked) {
-        ktg_log("new host on an open connection: starting over");
-        P.connected = 0;
-        ktg_queue_disconnect();
-        ktg_dump_abort();
-        on_connect();
-      }
+      start_session(P.session ? "new host on an open connection" : "HOST_HELLO");
       break;
     }
     case KTP_ERROR: {
@@ -232,7 +249,7 @@ void ktg_port_event(short revents) {
 }
 
 void ktg_port_flush(void) {
-  if (P.fd < 0 || !P.connected) return;
+  if (P.fd < 0 || !P.connected || !P.session) return;
   if (ktg_queue_flush(P.fd, ktg_dump_complete()) != 0) {
     int err = errno;
     if (err == EPIPE || err == ECONNRESET) on_disconnect(strerror(err));

@@ -37,7 +37,7 @@ void check_pattern_pages(TestVm& vm, const GuestMemory& mem, uint64_t* above_4g)
     ++checked;
   }
   EXPECT_EQ(checked, 8192u);
-  ASSERT_TRUE(vm.check("pkill -f 'ktprobe phys-pattern'; true"));
+  ASSERT_TRUE(vm.check("killall ktprobe; true"));
 }
 
 TEST(HighMemory, PagesAbove4GiBMapCorrectlyInBothBackends) {

@@ -6,6 +6,7 @@
 #include "guest_checks.h"
 #include "kthost/sideband/channel.h"
 #include "kthost/sideband/event_log.h"
+#include "ktproto.h"
 
 namespace kt::test {
 namespace {
@@ -214,6 +215,52 @@ TEST_F(Sideband, ReaderKilledAndReconnectedGetsFreshStateAndDropReport) {
   EXPECT_TRUE(log_.count("bpf") >= 6 || log_.lost(2) > 0)
       << "3 loads + 3 unloads happened while disconnected: got " << log_.count("bpf") << " bpf events and "
       << log_.lost(2) << " queue losses";
+}
+
+}  // namespace
+}  // namespace kt::test
+
+namespace kt::test {
+namespace {
+
+// While no host reads, ktguest's bounded queue overflows; when a host comes
+// back it reports exactly how many frames it dropped, and that equals the
+// drop count in its own counters.
+TEST_F(Sideband, QueueOverflowWhileDisconnectedIsReportedOnReconnect) {
+  channel_.reset();
+  auto restarted = vm_->check("echo '--queue-kb 64' > /run/ktguest.args; killall ktguest; sleep 3; ps | grep -v grep | grep \"ktguest --queue-kb 64\"");
+  ASSERT_TRUE(restarted) << restarted.error().message;
+  auto out = vm_->check("T=/sys/kernel/tracing; echo function > $T/current_tracer; echo nop > $T/current_tracer; "
+                        "sleep 2; cat /run/ktguest.stats",
+                        std::chrono::seconds(180));
+  ASSERT_TRUE(out) << out.error().message;
+  auto stats = nlohmann::json::parse(std::string(trim(*out)), nullptr, false);
+  ASSERT_TRUE(stats.is_object()) << *out;
+  uint64_t dropped = stats.value("queue_dropped", uint64_t{0});
+  EXPECT_GT(dropped, 0u) << "a 64 KiB queue cannot hold the ftrace storm: " << *out;
+  log_ = EventLog();
+  auto ch = SidebandChannel::connect(vm_->description().channel);
+  ASSERT_TRUE(ch) << ch.error().message;
+  channel_ = std::make_unique<SidebandChannel>(std::move(*ch));
+  ASSERT_TRUE(collect_until([&] { return log_.lost(KTP_LOST_QUEUE) >= dropped && log_.count("heartbeat") > 0; }, 120))
+      << "reported queue losses " << log_.lost(KTP_LOST_QUEUE) << ", ktguest dropped " << dropped;
+  EXPECT_EQ(log_.lost(KTP_LOST_QUEUE), dropped);
+  EXPECT_EQ(log_.last_heartbeat()->queue_dropped, dropped);
+  std::printf("[          ] ktguest dropped %lu frames while no host read; the host was told %lu\n",
+              static_cast<unsigned long>(dropped), static_cast<unsigned long>(log_.lost(KTP_LOST_QUEUE)));
+  ASSERT_TRUE(vm_->check("rm -f /run/ktguest.args; killall ktguest; sleep 3; ps | grep -v grep | grep -q ktguest"));
+}
+
+// CPU hotplug: a CPU that goes offline and comes back is traced again.
+TEST_F(Sideband, CpuHotplugIsFollowed) {
+  ASSERT_TRUE(vm_->check("echo 0 > /sys/devices/system/cpu/cpu1/online; sleep 1; echo 1 > /sys/devices/system/cpu/cpu1/online; sleep 1"));
+  auto out = vm_->check("taskset -c 1 ktprobe bpf-load --name kt_cpu1");
+  ASSERT_TRUE(out) << out.error().message;
+  ASSERT_TRUE(collect_until([&] {
+    for (const auto* ev : log_.of_kind("ksymbol"))
+      if (ev->cpu == 1 && std::get<KsymbolEvent>(ev->body).name.find("kt_cpu1") != std::string::npos) return true;
+    return false;
+  }, 30)) << "no KSYMBOL from CPU 1 after it came back online";
 }
 
 }  // namespace
