@@ -5,7 +5,7 @@
  * budget) and live events (charged; when the budget is full the oldest are
  * dropped and counted per type). Per connection the host gets, in order:
  * the whole dump (HELLO .. STATE_END), then LOST(QUEUE) frames for drops not
- * yet reported, then a due HEARTBEAT, then the live events still queued.
+ * yet reported, then the live events (heartbeats among them, in order).
  *
  * Frames are queued already encoded, and their seq is rewritten as they
  * leave: a dump is built while live events keep arriving, and seq must count
@@ -34,7 +34,6 @@ static struct {
   struct fqueue dump, live;
   size_t budget;
   uint64_t dropped[KTP_TYPE_MAX + 1]; /* dropped and not yet reported */
-  int heartbeat_due;
   uint8_t cur[KTP_MAX_FRAME]; /* the frame being written */
   size_t cur_len, cur_off;
   uint8_t cur_type;
@@ -136,7 +135,6 @@ int ktg_queue_selftest(void) {
 void ktg_queue_new_session(void) {
   Q.seq = 0;
   Q.cur_len = Q.cur_off = 0;
-  Q.heartbeat_due = 0;
   fq_clear(&Q.dump);
 }
 
@@ -146,11 +144,17 @@ void ktg_queue_disconnect(void) {
     else if (Q.cur_live) count_drop(Q.cur_type);
   }
   Q.cur_len = Q.cur_off = 0;
-  Q.heartbeat_due = 0;
   fq_clear(&Q.dump);
 }
 
-void ktg_queue_heartbeat_due(void) { Q.heartbeat_due = 1; }
+/* The heartbeat goes into the live lane, in order with the events: its
+ * counters then say exactly how many records were read before it, so the
+ * host can check between any two heartbeats that nothing went missing. */
+void ktg_queue_heartbeat_due(void) {
+  struct ktp_heartbeat m = {ktg_perf_now(), g_ctr.frames_sent, g_ctr.perf_records, g_ctr.text_pokes,
+                            g_ctr.lost_records, g_ctr.queue_dropped};
+  ktg_enqueue(KTG_LANE_LIVE, ktp_encode_heartbeat(ktg_scratch(), KTP_MAX_FRAME, 0, &m));
+}
 
 size_t ktg_queue_live_bytes(void) { return Q.live.bytes; }
 
@@ -161,7 +165,7 @@ static int any_dropped(void) {
 }
 
 int ktg_queue_pending(void) {
-  return Q.cur_off < Q.cur_len || Q.dump.head || any_dropped() || Q.heartbeat_due || Q.live.head;
+  return Q.cur_off < Q.cur_len || Q.dump.head || any_dropped() || Q.live.head;
 }
 
 static void take(struct qframe *f, int live) {
@@ -192,11 +196,6 @@ static int next_frame(int dump_complete) {
       Q.cur_type = (uint8_t)t;
     }
     Q.dropped[t] = 0;
-  } else if (Q.heartbeat_due) {
-    struct ktp_heartbeat m = {ktg_perf_now(), g_ctr.frames_sent, g_ctr.perf_records, g_ctr.text_pokes,
-                              g_ctr.lost_records, g_ctr.queue_dropped};
-    n = ktp_encode_heartbeat(Q.cur, sizeof Q.cur, 0, &m);
-    Q.heartbeat_due = 0;
   } else if (Q.live.head) {
     take(fq_pop(&Q.live), 1);
   } else {

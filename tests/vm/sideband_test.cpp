@@ -1,6 +1,7 @@
 // The sideband against a real TCG guest running ktguest: every change to
 // guest kernel text reaches the host as an event, with the right data.
 #include <functional>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "guest_checks.h"
@@ -132,7 +133,7 @@ TEST_F(Sideband, EveryTextPokeArrivesOrItsLossIsCounted) {
   // The guest counts TEXT_POKE records independently (its own perf events),
   // while it toggles a static key and then the ftrace function tracer.
   std::string workload =
-      "ktprobe sideband-count --seconds 25 > /tmp/count.json & sleep 1; "
+      "ktprobe sideband-count --seconds 40 > /tmp/count.json & sleep 1; "
       "T=/sys/kernel/tracing; echo 1 > $T/events/sched/sched_switch/enable; echo 0 > $T/events/sched/sched_switch/enable; "
       "echo function > $T/current_tracer; echo nop > $T/current_tracer; wait; cat /tmp/count.json";
   auto out = vm_->check(workload, std::chrono::seconds(180));
@@ -261,6 +262,56 @@ TEST_F(Sideband, CpuHotplugIsFollowed) {
       if (ev->cpu == 1 && std::get<KsymbolEvent>(ev->body).name.find("kt_cpu1") != std::string::npos) return true;
     return false;
   }, 30)) << "no KSYMBOL from CPU 1 after it came back online";
+}
+
+}  // namespace
+}  // namespace kt::test
+
+namespace kt::test {
+namespace {
+
+// With perf rings too small for the ftrace storm, the kernel drops records;
+// each PERF_RECORD_LOST reaches the host as a LOST frame with the exact count,
+// so what arrived plus what was reported lost accounts for every poke.
+TEST_F(Sideband, PerfRingOverflowIsReportedWithExactCounts) {
+  channel_.reset();
+  auto restarted = vm_->check("echo '--ring-kb 8' > /run/ktguest.args; killall ktguest; sleep 3; "
+                              "ps | grep -v grep | grep \"ktguest --ring-kb 8\"");
+  ASSERT_TRUE(restarted) << restarted.error().message;
+  log_ = EventLog();
+  auto ch = SidebandChannel::connect(vm_->description().channel);
+  ASSERT_TRUE(ch) << ch.error().message;
+  channel_ = std::make_unique<SidebandChannel>(std::move(*ch));
+  ASSERT_TRUE(collect_until([&] { return log_.count("state_dump") > 0; }, 120));
+  // Keep reading while the guest runs the storm, so that only the rings overflow.
+  std::string result;
+  std::thread storm([&] {
+    auto exec = GuestExec::connect(vm_->description().exec_channel, std::chrono::seconds(10));
+    if (!exec) return;
+    auto r = exec->run("ktprobe sideband-count --seconds 40 > /tmp/count.json & sleep 1; T=/sys/kernel/tracing; "
+                       "echo function > $T/current_tracer; echo nop > $T/current_tracer; wait; cat /tmp/count.json",
+                       std::chrono::seconds(180));
+    if (r) result = r->output;
+  });
+  vm_->release_channels();  // the thread uses its own exec connection
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(200);
+  while (result.empty() && std::chrono::steady_clock::now() < deadline) drain(1);
+  storm.join();
+  drain(3);
+  auto count = nlohmann::json::parse(std::string(trim(result)), nullptr, false);
+  ASSERT_TRUE(count.is_object()) << result;
+  uint64_t oracle = count["text_poke"].get<uint64_t>();
+  uint64_t arrived = log_.count("text_poke"), lost = log_.lost(KTP_LOST_PERF_RING);
+  std::printf("[          ] 8 KiB rings: %lu pokes arrived, %lu records reported lost, guest oracle saw %lu\n",
+              static_cast<unsigned long>(arrived), static_cast<unsigned long>(lost), static_cast<unsigned long>(oracle));
+  EXPECT_GT(lost, 0u) << "8 KiB rings should overflow during the storm";
+  const auto* hb = log_.last_heartbeat();
+  ASSERT_NE(hb, nullptr);
+  EXPECT_EQ(hb->lost_records, lost) << "the host was told of every lost record ktguest saw";
+  // The oracle's own events flip static keys it cannot see (see above).
+  EXPECT_LE(oracle, arrived + lost);
+  EXPECT_GE(oracle + 64, arrived + lost);
+  ASSERT_TRUE(vm_->check("rm -f /run/ktguest.args; killall ktguest; sleep 3; ps | grep -v grep | grep -q ktguest"));
 }
 
 }  // namespace
