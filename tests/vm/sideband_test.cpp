@@ -243,10 +243,12 @@ TEST_F(Sideband, QueueOverflowWhileDisconnectedIsReportedOnReconnect) {
   auto ch = SidebandChannel::connect(vm_->description().channel);
   ASSERT_TRUE(ch) << ch.error().message;
   channel_ = std::make_unique<SidebandChannel>(std::move(*ch));
-  ASSERT_TRUE(collect_until([&] { return log_.lost(KTP_LOST_QUEUE) >= dropped && log_.count("heartbeat") > 0; }, 120))
-      << "reported queue losses " << log_.lost(KTP_LOST_QUEUE) << ", ktguest dropped " << dropped;
-  EXPECT_EQ(log_.lost(KTP_LOST_QUEUE), dropped);
-  EXPECT_EQ(log_.last_heartbeat()->queue_dropped, dropped);
+  // The stats file was written up to a second before the last drops; the
+  // heartbeats (in order with everything else) carry the exact count.
+  ASSERT_TRUE(collect_until([&] { return log_.lost(KTP_LOST_QUEUE) >= dropped && log_.count("heartbeat") > 1; }, 120))
+      << "reported queue losses " << log_.lost(KTP_LOST_QUEUE) << ", ktguest dropped at least " << dropped;
+  EXPECT_EQ(log_.lost(KTP_LOST_QUEUE), log_.last_heartbeat()->queue_dropped);
+  EXPECT_GE(log_.lost(KTP_LOST_QUEUE), dropped);
   std::printf("[          ] ktguest dropped %lu frames while no host read; the host was told %lu\n",
               static_cast<unsigned long>(dropped), static_cast<unsigned long>(log_.lost(KTP_LOST_QUEUE)));
   ASSERT_TRUE(vm_->check("rm -f /run/ktguest.args; killall ktguest; sleep 3; ps | grep -v grep | grep -q ktguest"));
