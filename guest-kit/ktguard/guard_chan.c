@@ -1,0 +1,355 @@
+// SPDX-License-Identifier: GPL-2.0
+/* The notice channel: /dev/ktguard and the holds.
+ *
+ * Each held free owns one slot of a fixed table, so nothing here allocates
+ * and everything works from atomic context. A slot goes FREE -> QUEUED
+ * (waiting for read) -> SENT (read, waiting for the ack) -> FREE; the holder
+ * always frees its own slot, whatever ended the hold.
+ */
+#include <linux/atomic.h>
+#include <linux/fs.h>
+#include <linux/miscdevice.h>
+#include <linux/module.h>
+#include <linux/poll.h>
+#include <linux/preempt.h>
+#include <linux/sched/clock.h>
+#include <linux/slab.h>
+#include <linux/spinlock.h>
+#include <linux/uaccess.h>
+#include <linux/wait.h>
+
+#include "ktguard.h"
+
+#define KTG_SLOTS 64
+
+enum ktg_slot_state { SLOT_FREE, SLOT_QUEUED, SLOT_SENT };
+enum ktg_outcome { OUT_WAITING, OUT_ACKED, OUT_HOST_ERROR, OUT_READER_GONE };
+
+struct ktg_slot {
+	enum ktg_slot_state state;
+	int outcome; /* enum ktg_outcome; read without the lock by spinners */
+	struct ktguard_notice notice;
+};
+
+static DEFINE_SPINLOCK(ktg_lock); /* guards slots, ktg_reader_open, ktg_next_id */
+static struct ktg_slot ktg_slots[KTG_SLOTS];
+static bool ktg_reader_open;
+static bool ktg_stopping;
+static u64 ktg_next_id = 1;
+static DECLARE_WAIT_QUEUE_HEAD(ktg_reader_wq); /* reader: a notice is queued */
+static DECLARE_WAIT_QUEUE_HEAD(ktg_holder_wq); /* holders: an outcome is set */
+
+static void ktg_note_hold_time(u64 ns)
+{
+	s64 old = atomic64_read(&ktg_stats.hold_ns_max);
+
+	atomic64_add(ns, &ktg_stats.hold_ns_total);
+	while ((s64)ns > old) {
+		s64 seen = atomic64_cmpxchg(&ktg_stats.hold_ns_max, old, ns);
+
+		if (seen == old)
+			break;
+		old = seen;
+	}
+}
+
+/* Takes a slot and queues the notice. Returns the slot, or NULL (with the
+ * reason counted) when the free is not to be held. */
+static struct ktg_slot *ktg_queue(unsigned long start, unsigned long end, u32 kind)
+{
+	struct ktg_slot *slot = NULL;
+	unsigned long flags;
+	int i;
+
+	spin_lock_irqsave(&ktg_lock, flags);
+	if (ktg_stopping || !ktg_reader_open) {
+		spin_unlock_irqrestore(&ktg_lock, flags);
+		atomic64_inc(&ktg_stats.unguarded);
+		return NULL;
+	}
+	for (i = 0; i < KTG_SLOTS; i++) {
+		if (ktg_slots[i].state == SLOT_FREE) {
+			slot = &ktg_slots[i];
+			break;
+		}
+	}
+	if (!slot) {
+		spin_unlock_irqrestore(&ktg_lock, flags);
+		atomic64_inc(&ktg_stats.overflows);
+		ktg_record_miss(start, end, kind, "overflow");
+		return NULL;
+	}
+	slot->state = SLOT_QUEUED;
+	WRITE_ONCE(slot->outcome, OUT_WAITING);
+	slot->notice.id = ktg_next_id++;
+	slot->notice.start = start;
+	slot->notice.end = end;
+	slot->notice.kind = kind;
+	slot->notice.cpu = raw_smp_processor_id();
+	slot->notice.time_ns = local_clock();
+	spin_unlock_irqrestore(&ktg_lock, flags);
+	atomic64_inc(&ktg_stats.notices);
+	wake_up_interruptible(&ktg_reader_wq);
+	return slot;
+}
+
+static void ktg_release(struct ktg_slot *slot)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&ktg_lock, flags);
+	slot->state = SLOT_FREE;
+	spin_unlock_irqrestore(&ktg_lock, flags);
+}
+
+/* Waits for an outcome: on the wait queue when sleeping is allowed, else by
+ * polling the slot for at most min(hold_ms, spin_max_ms). */
+static int ktg_wait(struct ktg_slot *slot, enum ktg_hold_method method)
+{
+	unsigned int ms = READ_ONCE(ktg_hold_ms);
+
+	if (method == KTG_HOLD_SLEEP) {
+		/* Not interruptible: a fatal signal in the freeing task must not
+		 * shorten the hold, and the timeout bounds it anyway. */
+		wait_event_timeout(ktg_holder_wq, READ_ONCE(slot->outcome) != OUT_WAITING,
+				   msecs_to_jiffies(ms));
+	} else {
+		u64 deadline;
+
+		ms = min(ms, READ_ONCE(ktg_spin_max_ms));
+		deadline = local_clock() + (u64)ms * NSEC_PER_MSEC;
+		atomic64_inc(&ktg_stats.spins);
+		while (READ_ONCE(slot->outcome) == OUT_WAITING && local_clock() < deadline)
+			cpu_relax();
+	}
+	return READ_ONCE(slot->outcome);
+}
+
+void ktg_guard(unsigned long start, unsigned long end, u32 kind, enum ktg_hold_method method)
+{
+	struct ktg_slot *slot;
+	u64 t0;
+	int outcome;
+
+	if (end <= start)
+		return;
+	if (method == KTG_HOLD_SLEEP && (!preemptible() || in_atomic() || irqs_disabled()))
+		method = KTG_HOLD_SPIN;
+	slot = ktg_queue(start, end, kind);
+	if (!slot)
+		return;
+	t0 = local_clock();
+	outcome = ktg_wait(slot, method);
+	ktg_note_hold_time(local_clock() - t0);
+	switch (outcome) {
+	case OUT_ACKED:
+		atomic64_inc(&ktg_stats.acks);
+		break;
+	case OUT_HOST_ERROR:
+		atomic64_inc(&ktg_stats.host_errors);
+		ktg_record_miss(start, end, kind, "host-error");
+		break;
+	case OUT_READER_GONE:
+		atomic64_inc(&ktg_stats.reader_gone);
+		ktg_record_miss(start, end, kind, "reader-gone");
+		break;
+	default:
+		atomic64_inc(&ktg_stats.timeouts);
+		ktg_record_miss(start, end, kind, "timeout");
+		pr_warn_ratelimited("ktguard: hold timed out: [%#lx, %#lx) kind %u\n",
+				    start, end, kind);
+		break;
+	}
+	if (READ_ONCE(ktg_verbose))
+		pr_info("ktguard: notice %llu [%#lx, %#lx) kind %u %s: outcome %d after %llu us\n",
+			slot->notice.id, start, end, kind, method == KTG_HOLD_SLEEP ? "sleep" : "spin",
+			outcome, (local_clock() - t0) / 1000);
+	ktg_release(slot);
+}
+
+/* Ends every hold with OUT_READER_GONE. Called with ktg_lock held. */
+static void ktg_abandon_all_locked(void)
+{
+	int i;
+
+	for (i = 0; i < KTG_SLOTS; i++)
+		if (ktg_slots[i].state != SLOT_FREE)
+			WRITE_ONCE(ktg_slots[i].outcome, OUT_READER_GONE);
+}
+
+static int ktg_open(struct inode *inode, struct file *file)
+{
+	unsigned long flags;
+	int ret = 0;
+
+	spin_lock_irqsave(&ktg_lock, flags);
+	if (ktg_reader_open)
+		ret = -EBUSY;
+	else
+		ktg_reader_open = true;
+	spin_unlock_irqrestore(&ktg_lock, flags);
+	return ret ? ret : stream_open(inode, file);
+}
+
+static int ktg_close(struct inode *inode, struct file *file)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&ktg_lock, flags);
+	ktg_reader_open = false;
+	ktg_abandon_all_locked();
+	spin_unlock_irqrestore(&ktg_lock, flags);
+	wake_up_all(&ktg_holder_wq);
+	return 0;
+}
+
+/* Copies the oldest queued notice into *out and marks it SENT. */
+static bool ktg_take_queued(struct ktguard_notice *out)
+{
+	struct ktg_slot *best = NULL;
+	unsigned long flags;
+	int i;
+
+	spin_lock_irqsave(&ktg_lock, flags);
+	for (i = 0; i < KTG_SLOTS; i++) {
+		struct ktg_slot *s = &ktg_slots[i];
+
+		if (s->state == SLOT_QUEUED && (!best || s->notice.id < best->notice.id))
+			best = s;
+	}
+	if (best) {
+		best->state = SLOT_SENT;
+		*out = best->notice;
+	}
+	spin_unlock_irqrestore(&ktg_lock, flags);
+	return best != NULL;
+}
+
+static bool ktg_any_queued(void)
+{
+	unsigned long flags;
+	bool any = false;
+	int i;
+
+	spin_lock_irqsave(&ktg_lock, flags);
+	for (i = 0; i < KTG_SLOTS && !any; i++)
+		any = ktg_slots[i].state == SLOT_QUEUED;
+	spin_unlock_irqrestore(&ktg_lock, flags);
+	return any;
+}
+
+static ssize_t ktg_read(struct file *file, char __user *buf, size_t len, loff_t *pos)
+{
+	struct ktguard_notice n;
+	size_t done = 0;
+
+	if (len < sizeof(n))
+		return -EINVAL;
+	while (done + sizeof(n) <= len) {
+		if (!ktg_take_queued(&n)) {
+			int ret;
+
+			if (done)
+				break;
+			if (file->f_flags & O_NONBLOCK)
+				return -EAGAIN;
+			ret = wait_event_interruptible(ktg_reader_wq,
+						       ktg_any_queued() || READ_ONCE(ktg_stopping));
+			if (ret)
+				return ret;
+			if (READ_ONCE(ktg_stopping))
+				return 0;
+			continue;
+		}
+		if (copy_to_user(buf + done, &n, sizeof(n))) {
+			/* The notice is lost to the reader; its holder will time out. */
+			return done ? done : -EFAULT;
+		}
+		done += sizeof(n);
+	}
+	return done;
+}
+
+static void ktg_apply_ack(const struct ktguard_ack *ack)
+{
+	unsigned long flags;
+	bool found = false;
+	int i;
+
+	spin_lock_irqsave(&ktg_lock, flags);
+	for (i = 0; i < KTG_SLOTS; i++) {
+		struct ktg_slot *s = &ktg_slots[i];
+
+		if (s->state != SLOT_FREE && s->notice.id == ack->id &&
+		    READ_ONCE(s->outcome) == OUT_WAITING) {
+			WRITE_ONCE(s->outcome, ack->status ? OUT_HOST_ERROR : OUT_ACKED);
+			found = true;
+			break;
+		}
+	}
+	spin_unlock_irqrestore(&ktg_lock, flags);
+	if (found)
+		wake_up_all(&ktg_holder_wq);
+	else
+		atomic64_inc(&ktg_stats.stale_acks);
+}
+
+static ssize_t ktg_write(struct file *file, const char __user *buf, size_t len, loff_t *pos)
+{
+	struct ktguard_ack ack;
+	size_t done;
+
+	if (len == 0 || len % sizeof(ack))
+		return -EINVAL;
+	for (done = 0; done < len; done += sizeof(ack)) {
+		if (copy_from_user(&ack, buf + done, sizeof(ack)))
+			return done ? done : -EFAULT;
+		ktg_apply_ack(&ack);
+	}
+	return done;
+}
+
+static __poll_t ktg_poll(struct file *file, poll_table *wait)
+{
+	poll_wait(file, &ktg_reader_wq, wait);
+	return ktg_any_queued() ? EPOLLIN | EPOLLRDNORM : 0;
+}
+
+static const struct file_operations ktg_fops = {
+	.owner = THIS_MODULE,
+	.open = ktg_open,
+	.release = ktg_close,
+	.read = ktg_read,
+	.write = ktg_write,
+	.poll = ktg_poll,
+	.llseek = no_llseek,
+};
+
+static struct miscdevice ktg_misc = {
+	.minor = MISC_DYNAMIC_MINOR,
+	.name = "ktguard",
+	.fops = &ktg_fops,
+	.mode = 0600,
+};
+
+int ktg_chan_init(void)
+{
+	return misc_register(&ktg_misc);
+}
+
+void ktg_chan_stop(void)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&ktg_lock, flags);
+	ktg_stopping = true;
+	ktg_abandon_all_locked();
+	spin_unlock_irqrestore(&ktg_lock, flags);
+	wake_up_all(&ktg_holder_wq);
+	wake_up_interruptible_all(&ktg_reader_wq);
+}
+
+void ktg_chan_exit(void)
+{
+	misc_deregister(&ktg_misc);
+}

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* The /dev/ktguard ABI, shared by the kernel module and its readers
+ * (ktguest, ktprobe guard-reader). Fixed-size little-endian records; the
+ * layout has no implicit padding, so the same header works in the kernel and
+ * in user space.
+ *
+ * read():  whole struct ktguard_notice records; a buffer smaller than one
+ *          record gets -EINVAL. Blocks unless O_NONBLOCK (then -EAGAIN).
+ * write(): whole struct ktguard_ack records (a multiple of 16 bytes, else
+ *          -EINVAL). An ack for an id that is no longer held (it timed out,
+ *          or never existed) is counted as stale and ignored.
+ * poll():  EPOLLIN when at least one notice is waiting to be read.
+ * open():  one reader at a time (a second open gets -EBUSY). While no reader
+ *          has the device open, frees are not held at all ("unguarded").
+ */
+#ifndef KTGUARD_UAPI_H
+#define KTGUARD_UAPI_H
+
+#ifdef __KERNEL__
+#include <linux/types.h>
+#else
+#include <stdint.h>
+typedef uint64_t __u64;
+typedef uint32_t __u32;
+#endif
+
+#define KTGUARD_DEVICE "/dev/ktguard"
+#define KTGUARD_ABI_VERSION 1
+
+/* "Text [start, end) is about to go": the freeing context is held until the
+ * ack with the same id arrives, or the hold times out. */
+struct ktguard_notice {
+	__u64 id;      /* 1, 2, 3, ... per module load; never 0 */
+	__u64 start;   /* first byte (guest kernel virtual address) */
+	__u64 end;     /* one past the last byte */
+	__u32 kind;    /* enum ktguard_kind */
+	__u32 cpu;     /* CPU the freeing context runs on */
+	__u64 time_ns; /* local_clock() at the notice: perf's default clock */
+};
+
+/* The host's answer. status 0: the bytes were saved. Anything else: the host
+ * could not save them (counted as a host error, the hold still ends). */
+struct ktguard_ack {
+	__u64 id;
+	__u32 status;
+	__u32 reserved; /* write 0 */
+};
+
+enum ktguard_kind {
+	KTGUARD_KIND_BPF_PROG_PACK = 1,  /* a BPF JIT image (packed or large) */
+	KTGUARD_KIND_BPF_DISPATCHER = 2, /* the half of a dispatcher image about to be rewritten */
+	KTGUARD_KIND_BPF_EXEC = 3,       /* bpf_jit_free_exec: trampoline, struct_ops or unpacked JIT image */
+	KTGUARD_KIND_BPF_TRAMPOLINE = 4, /* a BPF trampoline image */
+	KTGUARD_KIND_MODULE_CORE = 5,    /* a module's core .text */
+	KTGUARD_KIND_MODULE_INIT = 6,    /* a module's init .text */
+	KTGUARD_KIND_FTRACE_TRAMPOLINE = 7,
+	KTGUARD_KIND_KPROBE_INSN = 8,    /* a kprobe/optprobe instruction page */
+	KTGUARD_KIND_MODULE_MEMFREE = 9, /* module_memfree from a caller not recognised above */
+};
+
+#define KTGUARD_NOTICE_SIZE 40
+#define KTGUARD_ACK_SIZE 16
+
+#ifdef __KERNEL__
+static_assert(sizeof(struct ktguard_notice) == KTGUARD_NOTICE_SIZE);
+static_assert(sizeof(struct ktguard_ack) == KTGUARD_ACK_SIZE);
+#else
+_Static_assert(sizeof(struct ktguard_notice) == KTGUARD_NOTICE_SIZE, "notice ABI");
+_Static_assert(sizeof(struct ktguard_ack) == KTGUARD_ACK_SIZE, "ack ABI");
+#endif
+
+#endif
