@@ -44,24 +44,11 @@ const uint8_t* MmapMemory::view(uint64_t gpa, uint64_t len) const {
 }
 
 Status MmapMemory::read(uint64_t gpa, void* out, size_t len) const {
-  auto* dst = static_cast<uint8_t*>(out);
-  while (len > 0) {
-    // Split at region ends: a read may cross from one RAM region to the next.
-    uint64_t chunk = len;
-    const RamRegion* region = nullptr;
-    for (const auto& r : map_.regions())
-      if (gpa >= r.gpa && gpa - r.gpa < r.size) region = &r;
-    if (!region)
-      return Error(ErrorCode::OutOfRange, "guest-physical " + hex(gpa) + " is not RAM");
-    chunk = std::min<uint64_t>(chunk, region->gpa + region->size - gpa);
-    uint64_t off = region->backing_offset + (gpa - region->gpa);
-    if (off + chunk > size_) return Error(ErrorCode::OutOfRange, "guest-physical " + hex(gpa) + " is past the backing");
-    std::memcpy(dst, base_ + off, chunk);
-    dst += chunk;
-    gpa += chunk;
-    len -= chunk;
-  }
-  return {};
+  return map_.read_runs(gpa, out, len, [this, gpa](uint64_t off, uint8_t* dst, size_t n) -> Status {
+    if (off + n > size_) return Error(ErrorCode::OutOfRange, "guest-physical " + hex(gpa) + " is past the backing");
+    std::memcpy(dst, base_ + off, n);
+    return {};
+  });
 }
 
 Result<std::string> find_memfd_backing(int pid, uint64_t ram_size) {

@@ -114,4 +114,14 @@ uint64_t PhysMap::end() const {
   return last.size > room ? std::numeric_limits<uint64_t>::max() : last.gpa + last.size;
 }
 
+const RamRegion* PhysMap::region_at(uint64_t gpa) const {
+  for (const auto& r : regions_)
+    if (gpa >= r.gpa && gpa - r.gpa < r.size) return &r;
+  return nullptr;
+}
+
+Error not_ram_error(uint64_t gpa) {
+  return Error(ErrorCode::OutOfRange, "guest-physical " + hex(gpa) + " is not RAM");
+}
+
 }  // namespace kt

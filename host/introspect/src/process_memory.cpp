@@ -56,23 +56,13 @@ Status ProcessMemory::read_host(uint64_t hva, void* out, size_t len) const {
 }
 
 Status ProcessMemory::read(uint64_t gpa, void* out, size_t len) const {
-  auto* dst = static_cast<uint8_t*>(out);
-  while (len > 0) {
-    const RamRegion* region = nullptr;
-    for (const auto& r : map_.regions())
-      if (gpa >= r.gpa && gpa - r.gpa < r.size) region = &r;
-    if (!region) return Error(ErrorCode::OutOfRange, "guest-physical " + hex(gpa) + " is not RAM");
-    uint64_t chunk = std::min<uint64_t>(len, region->gpa + region->size - gpa);
-    KT_TRY(read_host(region->backing_offset + (gpa - region->gpa), dst, chunk));
-    dst += chunk;
-    gpa += chunk;
-    len -= chunk;
-  }
-  return {};
+  // The regions' backing offsets are QEMU's host virtual addresses.
+  return map_.read_runs(gpa, out, len,
+                        [this](uint64_t hva, uint8_t* dst, size_t n) { return read_host(hva, dst, n); });
 }
 
 Status MonitorMemory::read(uint64_t gpa, void* out, size_t len) const {
-  if (!map_.contains(gpa, len)) return Error(ErrorCode::OutOfRange, "guest-physical " + hex(gpa) + " is not RAM");
+  if (!map_.contains(gpa, len)) return not_ram_error(gpa);
   auto* dst = static_cast<uint8_t*>(out);
   // xp prints 8-byte words; read whole words covering the range.
   uint64_t first = gpa & ~7ull;

@@ -67,8 +67,7 @@ Result<std::vector<SidebandEvent>> SidebandChannel::poll(std::chrono::millisecon
     if (static_cast<size_t>(n) < sizeof buf) break;
   }
   for (const auto& ev : events) {
-    if (const auto* hello = std::get_if<HelloEvent>(&ev.body)) {
-      (void)hello;
+    if (std::holds_alternative<HelloEvent>(ev.body)) {
       // Every HELLO starts a connection from the guest's point of view: answer it.
       tx_seq_ = 0;
       uint8_t frame[KTP_HEADER_SIZE + 16];

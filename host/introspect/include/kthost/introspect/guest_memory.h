@@ -3,6 +3,7 @@
 // an in-memory buffer used by unit tests, fuzzers and benchmarks.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -37,6 +38,13 @@ class PhysMap {
 
   // Backing offset of [gpa, gpa+len) when it lies wholly inside one region.
   std::optional<uint64_t> to_offset(uint64_t gpa, uint64_t len) const;
+  // The region holding `gpa`, or nullptr when it is not RAM.
+  const RamRegion* region_at(uint64_t gpa) const;
+  // Reads [gpa, gpa+len) run by run, split where RAM regions end: calls
+  // read_run(backing_offset, dst, n) for each run, in order. OutOfRange (and
+  // no further calls) at the first byte that is not RAM.
+  template <typename ReadRun>
+  Status read_runs(uint64_t gpa, void* out, size_t len, ReadRun&& read_run) const;
   // True when [gpa, gpa+len) is all RAM (possibly across regions).
   bool contains(uint64_t gpa, uint64_t len) const;
   const std::vector<RamRegion>& regions() const { return regions_; }
@@ -47,6 +55,23 @@ class PhysMap {
  private:
   std::vector<RamRegion> regions_;  // sorted by gpa, non-overlapping
 };
+
+Error not_ram_error(uint64_t gpa);
+
+template <typename ReadRun>
+Status PhysMap::read_runs(uint64_t gpa, void* out, size_t len, ReadRun&& read_run) const {
+  auto* dst = static_cast<uint8_t*>(out);
+  while (len > 0) {
+    const RamRegion* region = region_at(gpa);
+    if (!region) return not_ram_error(gpa);
+    size_t n = static_cast<size_t>(std::min<uint64_t>(len, region->gpa + region->size - gpa));
+    KT_TRY(read_run(region->backing_offset + (gpa - region->gpa), dst, n));
+    dst += n;
+    gpa += n;
+    len -= n;
+  }
+  return {};
+}
 
 class GuestMemory {
  public:
