@@ -2,9 +2,11 @@
 # Builds the kthost test image from Debian's archive:
 #   OUTDIR/{vmlinuz, initrd.gz, System.map, config, manifest.json, modules/}
 #
-# usage: build-image.sh OUTDIR --guest-kit DIR [--cache DIR]
+# usage: build-image.sh OUTDIR --guest-kit DIR [--cache DIR] [--ktguard FILE]
 #   --guest-kit DIR  holds the static ktexec, ktprobe and ktguest binaries
 #   --cache DIR      where downloaded .debs are kept (default OUTDIR/cache)
+#   --ktguard FILE   ktguard.ko (guest-kit/ktguard/build.sh), installed as
+#                    /lib/kthost-test/ktguard.ko; init loads it at boot
 #
 # The kernel ABI is resolved at build time from linux-image-amd64: a pinned
 # ABI disappears from the archive. The output is reproducible for the same
@@ -17,17 +19,19 @@ export LC_ALL=C
 die() { echo "vm-image: error: $*" >&2; exit 1; }
 say() { echo "vm-image: $*"; }
 
-OUTDIR="" GUEST_KIT="" CACHE=""
+OUTDIR="" GUEST_KIT="" CACHE="" KTGUARD=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --guest-kit) GUEST_KIT=${2:?--guest-kit needs a directory}; shift 2 ;;
     --cache) CACHE=${2:?--cache needs a directory}; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    --ktguard) KTGUARD=${2:?--ktguard needs a file}; shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     -*) die "unknown option $1" ;;
     *) [ -z "$OUTDIR" ] || die "more than one OUTDIR"; OUTDIR=$1; shift ;;
   esac
 done
-[ -n "$OUTDIR" ] || die "usage: build-image.sh OUTDIR --guest-kit DIR [--cache DIR]"
+[ -n "$OUTDIR" ] || die "usage: build-image.sh OUTDIR --guest-kit DIR [--cache DIR] [--ktguard FILE]"
+[ -z "$KTGUARD" ] || [ -f "$KTGUARD" ] || die "--ktguard $KTGUARD: no such file"
 [ -n "$GUEST_KIT" ] || die "--guest-kit DIR is required"
 for tool in ktexec ktprobe ktguest; do
   [ -x "$GUEST_KIT/$tool" ] || die "$GUEST_KIT/$tool is missing or not executable"
@@ -80,6 +84,7 @@ STAMP_TEXT=$(
   echo "ktexec $(sha "$GUEST_KIT/ktexec")"
   echo "ktprobe $(sha "$GUEST_KIT/ktprobe")"
   echo "ktguest $(sha "$GUEST_KIT/ktguest")"
+  [ -z "$KTGUARD" ] || echo "ktguard $(sha "$KTGUARD")"
   echo "package $KPKG $KVER"
   echo "package $BBPKG $BBVER"
   echo "epoch ${SOURCE_DATE_EPOCH:-package}"
@@ -177,6 +182,11 @@ done
 for mod in $TEST_MODULES; do
   install -m 644 "$(module_file "$mod")" "$ROOT/lib/kthost-test/$mod.ko"
 done
+if [ -n "$KTGUARD" ]; then
+  vermagic=$(tr '\0' '\n' <"$KTGUARD" | sed -n 's/^vermagic=\([^ ]*\).*/\1/p' | head -n1)
+  [ "$vermagic" = "$RELEASE" ] || die "$KTGUARD is built for '$vermagic', the image runs $RELEASE"
+  install -m 644 "$KTGUARD" "$ROOT/lib/kthost-test/ktguard.ko"
+fi
 echo "root:x:0:0:root:/root:/bin/sh" >"$ROOT/etc/passwd"
 echo "root:x:0:" >"$ROOT/etc/group"
 find "$ROOT" -exec touch -h -d "@$EPOCH" {} +

@@ -20,7 +20,7 @@
 
 #include "ktguard.h"
 
-#define KTG_SLOTS 64
+#define KTG_SLOTS 256
 
 enum ktg_slot_state { SLOT_FREE, SLOT_QUEUED, SLOT_SENT };
 enum ktg_outcome { OUT_WAITING, OUT_ACKED, OUT_HOST_ERROR, OUT_READER_GONE };
@@ -38,12 +38,15 @@ static bool ktg_stopping;
 static u64 ktg_next_id = 1;
 static DECLARE_WAIT_QUEUE_HEAD(ktg_reader_wq); /* reader: a notice is queued */
 static DECLARE_WAIT_QUEUE_HEAD(ktg_holder_wq); /* holders: an outcome is set */
+static DECLARE_WAIT_QUEUE_HEAD(ktg_slot_wq);   /* sleeping frees waiting for a free slot */
+static atomic_t ktg_slots_used = ATOMIC_INIT(0);
 
 static void ktg_note_hold_time(u64 ns)
 {
 	s64 old = atomic64_read(&ktg_stats.hold_ns_max);
 
 	atomic64_add(ns, &ktg_stats.hold_ns_total);
+	atomic64_inc(&ktg_hold_hist[ktg_hist_bucket(ns / 1000)]);
 	while ((s64)ns > old) {
 		s64 seen = atomic64_cmpxchg(&ktg_stats.hold_ns_max, old, ns);
 
@@ -54,13 +57,41 @@ static void ktg_note_hold_time(u64 ns)
 }
 
 /* Takes a slot and queues the notice. Returns the slot, or NULL (with the
- * reason counted) when the free is not to be held. */
-static struct ktg_slot *ktg_queue(unsigned long start, unsigned long end, u32 kind)
+ * reason counted) when the free is not to be held. When every slot is busy,
+ * a context that may sleep waits for one (within hold_ms, counted in its
+ * hold); one that may not is an overflow. */
+static struct ktg_slot *ktg_try_queue(unsigned long start, unsigned long end, u32 kind, bool *full);
+
+static struct ktg_slot *ktg_queue(unsigned long start, unsigned long end, u32 kind,
+				  enum ktg_hold_method method)
+{
+	unsigned long deadline = jiffies + msecs_to_jiffies(READ_ONCE(ktg_hold_ms));
+	struct ktg_slot *slot;
+	bool full;
+
+	for (;;) {
+		slot = ktg_try_queue(start, end, kind, &full);
+		if (slot || !full)
+			return slot;
+		if (method != KTG_HOLD_SLEEP || time_after_eq(jiffies, deadline))
+			break;
+		atomic64_inc(&ktg_stats.slot_waits);
+		wait_event_timeout(ktg_slot_wq,
+				   atomic_read(&ktg_slots_used) < KTG_SLOTS || READ_ONCE(ktg_stopping),
+				   max_t(long, 1, (long)(deadline - jiffies)));
+	}
+	atomic64_inc(&ktg_stats.overflows);
+	ktg_record_miss(start, end, kind, "overflow");
+	return NULL;
+}
+
+static struct ktg_slot *ktg_try_queue(unsigned long start, unsigned long end, u32 kind, bool *full)
 {
 	struct ktg_slot *slot = NULL;
 	unsigned long flags;
 	int i;
 
+	*full = false;
 	spin_lock_irqsave(&ktg_lock, flags);
 	if (ktg_stopping || !ktg_reader_open) {
 		spin_unlock_irqrestore(&ktg_lock, flags);
@@ -73,12 +104,12 @@ static struct ktg_slot *ktg_queue(unsigned long start, unsigned long end, u32 ki
 			break;
 		}
 	}
+	*full = !slot;
 	if (!slot) {
 		spin_unlock_irqrestore(&ktg_lock, flags);
-		atomic64_inc(&ktg_stats.overflows);
-		ktg_record_miss(start, end, kind, "overflow");
 		return NULL;
 	}
+	atomic_inc(&ktg_slots_used);
 	slot->state = SLOT_QUEUED;
 	WRITE_ONCE(slot->outcome, OUT_WAITING);
 	slot->notice.id = ktg_next_id++;
@@ -99,7 +130,9 @@ static void ktg_release(struct ktg_slot *slot)
 
 	spin_lock_irqsave(&ktg_lock, flags);
 	slot->state = SLOT_FREE;
+	atomic_dec(&ktg_slots_used);
 	spin_unlock_irqrestore(&ktg_lock, flags);
+	wake_up(&ktg_slot_wq);
 }
 
 /* Waits for an outcome: on the wait queue when sleeping is allowed, else by
@@ -135,10 +168,10 @@ void ktg_guard(unsigned long start, unsigned long end, u32 kind, enum ktg_hold_m
 		return;
 	if (method == KTG_HOLD_SLEEP && (!preemptible() || in_atomic() || irqs_disabled()))
 		method = KTG_HOLD_SPIN;
-	slot = ktg_queue(start, end, kind);
+	t0 = local_clock();
+	slot = ktg_queue(start, end, kind, method);
 	if (!slot)
 		return;
-	t0 = local_clock();
 	outcome = ktg_wait(slot, method);
 	ktg_note_hold_time(local_clock() - t0);
 	switch (outcome) {
@@ -346,6 +379,7 @@ void ktg_chan_stop(void)
 	ktg_abandon_all_locked();
 	spin_unlock_irqrestore(&ktg_lock, flags);
 	wake_up_all(&ktg_holder_wq);
+	wake_up_all(&ktg_slot_wq);
 	wake_up_interruptible_all(&ktg_reader_wq);
 }
 

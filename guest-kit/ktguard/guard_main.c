@@ -103,18 +103,62 @@ static int ktg_get_stats(char *buf, const struct kernel_param *kp)
 	return scnprintf(buf, PAGE_SIZE,
 			 "notices=%lld\nacks=%lld\nhost_errors=%lld\ntimeouts=%lld\n"
 			 "reader_gone=%lld\nunguarded=%lld\noverflows=%lld\nstale_acks=%lld\n"
-			 "spins=%lld\nhold_ns_total=%lld\nhold_ns_max=%lld\nmisses=%llu\n",
+			 "spins=%lld\nslot_waits=%lld\nhold_ns_total=%lld\nhold_ns_max=%lld\nmisses=%llu\n",
 			 atomic64_read(&s->notices), atomic64_read(&s->acks),
 			 atomic64_read(&s->host_errors), atomic64_read(&s->timeouts),
 			 atomic64_read(&s->reader_gone), atomic64_read(&s->unguarded),
 			 atomic64_read(&s->overflows), atomic64_read(&s->stale_acks),
-			 atomic64_read(&s->spins), atomic64_read(&s->hold_ns_total),
+			 atomic64_read(&s->spins), atomic64_read(&s->slot_waits), atomic64_read(&s->hold_ns_total),
 			 atomic64_read(&s->hold_ns_max), READ_ONCE(ktg_miss_count));
 }
 
 static const struct kernel_param_ops ktg_stats_ops = { .get = ktg_get_stats };
 module_param_cb(stats, &ktg_stats_ops, NULL, 0444);
 MODULE_PARM_DESC(stats, "counters (read-only)");
+
+/* "hold_hist": one line per non-empty bucket, "<lowest us> <count>", in
+ * ascending order; the bucket holds durations from its lowest value up to the
+ * next line's (the last bucket also holds everything longer). Writing
+ * anything resets it. */
+atomic64_t ktg_hold_hist[KTG_HIST_BUCKETS];
+
+static u64 ktg_hist_low(unsigned int idx)
+{
+	unsigned int e, sub;
+
+	if (idx < 16)
+		return idx;
+	e = (idx - 16) / 16 + 4;
+	sub = (idx - 16) % 16;
+	return (u64)(16 + sub) << (e - 4);
+}
+
+static int ktg_get_hist(char *buf, const struct kernel_param *kp)
+{
+	int len = 0;
+	unsigned int i;
+
+	for (i = 0; i < KTG_HIST_BUCKETS; i++) {
+		s64 n = atomic64_read(&ktg_hold_hist[i]);
+
+		if (n)
+			len += scnprintf(buf + len, PAGE_SIZE - len, "%llu %lld\n", ktg_hist_low(i), n);
+	}
+	return len;
+}
+
+static int ktg_reset_hist(const char *val, const struct kernel_param *kp)
+{
+	unsigned int i;
+
+	for (i = 0; i < KTG_HIST_BUCKETS; i++)
+		atomic64_set(&ktg_hold_hist[i], 0);
+	return 0;
+}
+
+static const struct kernel_param_ops ktg_hist_ops = { .get = ktg_get_hist, .set = ktg_reset_hist };
+module_param_cb(hold_hist, &ktg_hist_ops, NULL, 0644);
+MODULE_PARM_DESC(hold_hist, "hold durations: \"<lowest us> <count>\" per non-empty bucket; write to reset");
 
 static int __init ktg_init(void)
 {

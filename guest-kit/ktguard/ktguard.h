@@ -45,10 +45,26 @@ struct ktg_stats {
 	atomic64_t overflows;  /* frees not held: every pending slot was busy */
 	atomic64_t stale_acks; /* acks for ids no longer held */
 	atomic64_t spins;      /* holds done by busy waiting */
+	atomic64_t slot_waits; /* sleeping frees that waited for a free slot */
 	atomic64_t hold_ns_total; /* time spent holding, all holds */
 	atomic64_t hold_ns_max;
 };
 extern struct ktg_stats ktg_stats;
+
+/* Hold durations: a log-linear histogram of microseconds (16 buckets per
+ * power of two, about 6% wide), read and reset through "hold_hist". */
+#define KTG_HIST_BUCKETS 352
+extern atomic64_t ktg_hold_hist[KTG_HIST_BUCKETS];
+static inline unsigned int ktg_hist_bucket(u64 us)
+{
+	unsigned int e, idx;
+
+	if (us < 16)
+		return (unsigned int)us;
+	e = 63 - __builtin_clzll(us); /* >= 4 */
+	idx = 16 + (e - 4) * 16 + (unsigned int)((us >> (e - 4)) & 15);
+	return idx < KTG_HIST_BUCKETS ? idx : KTG_HIST_BUCKETS - 1;
+}
 
 /* Remembers a miss (timeout, host error, reader gone, overflow) with its
  * range, for the "misses" parameter. Safe in any context. */

@@ -51,6 +51,7 @@ struct ktg_counters {
   uint64_t other_records;
   uint64_t module_loads, module_unloads, module_races, module_poll_changes;
   uint64_t connections, dumps, host_errors, encode_errors;
+  uint64_t guard_notices, guard_acks, guard_missed, guard_unguarded;
 };
 extern struct ktg_counters g_ctr;
 
@@ -63,7 +64,9 @@ long ktg_read_file(const char *path, char *buf, size_t size);
 /* ---- queue.c ---- */
 enum ktg_lane {
   KTG_LANE_DUMP, /* the current connection's state dump: never dropped */
-  KTG_LANE_LIVE  /* events: bounded, the oldest dropped first */
+  KTG_LANE_LIVE, /* events: bounded, the oldest dropped first */
+  KTG_LANE_URGENT /* guard notices: sent next, after HELLO; never dropped while connected
+                     (ktguard bounds them: one per pending hold) */
 };
 /* A scratch buffer of KTP_MAX_FRAME for the encoders. */
 uint8_t *ktg_scratch(void);
@@ -90,6 +93,16 @@ int ktg_port_poll_fd(short *events);  /* fd to poll (-1: none) and its events */
 void ktg_port_event(short revents);
 void ktg_port_flush(void);
 int ktg_port_connected(void);
+
+/* ---- guard.c ---- */
+void ktg_guard_start(void); /* the host answers notices: open /dev/ktguard */
+void ktg_guard_stop(const char *why);
+int ktg_guard_open(void);
+int ktg_guard_poll_fd(void); /* -1 while closed */
+void ktg_guard_read(void);   /* notices -> urgent lane */
+void ktg_guard_ack(const struct ktp_guard_ack *ack);
+void ktg_guard_check(void);  /* 1 s timer: new misses -> LOST frames */
+void ktg_guard_session_totals(void); /* session start: totals since ktguard loaded */
 
 /* ---- perf.c ---- */
 int ktg_perf_init(void);

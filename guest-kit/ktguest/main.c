@@ -89,7 +89,8 @@ static void write_stats(void) {
                    "\"lost_events\":%llu,\"queue_dropped\":%llu,\"queue_bytes\":%zu,\"corrupt_rings\":%llu,"
                    "\"other_records\":%llu,\"module_loads\":%llu,\"module_unloads\":%llu,\"module_races\":%llu,"
                    "\"module_polling\":%d,\"module_poll_changes\":%llu,\"connected\":%d,\"connections\":%llu,"
-                   "\"dumps\":%llu,\"host_errors\":%llu,\"encode_errors\":%llu}\n",
+                   "\"dumps\":%llu,\"host_errors\":%llu,\"encode_errors\":%llu,\"guard_open\":%d,\"guard_notices\":%llu,"
+                   "\"guard_acks\":%llu,\"guard_missed\":%llu,\"guard_unguarded\":%llu}\n",
                    (unsigned long long)c->frames_sent, (unsigned long long)c->bytes_sent,
                    (unsigned long long)c->perf_records, (unsigned long long)c->text_pokes,
                    (unsigned long long)c->text_poke_frames, (unsigned long long)c->ksymbols,
@@ -100,7 +101,9 @@ static void write_stats(void) {
                    (unsigned long long)c->module_races, ktg_modules_polling(),
                    (unsigned long long)c->module_poll_changes, ktg_port_connected(),
                    (unsigned long long)c->connections, (unsigned long long)c->dumps,
-                   (unsigned long long)c->host_errors, (unsigned long long)c->encode_errors);
+                   (unsigned long long)c->host_errors, (unsigned long long)c->encode_errors, ktg_guard_open(),
+                   (unsigned long long)c->guard_notices, (unsigned long long)c->guard_acks,
+                   (unsigned long long)c->guard_missed, (unsigned long long)c->guard_unguarded);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return;
   ssize_t w = write(fd, text, (size_t)n);
@@ -112,6 +115,7 @@ static void every_second(void) {
   ktg_perf_hotplug();
   ktg_modules_poll();
   ktg_clock_check();
+  ktg_guard_check();
   if (ktg_port_connected() && ktg_dump_complete()) ktg_queue_heartbeat_due();
   write_stats();
 }
@@ -185,10 +189,14 @@ int main(int argc, char **argv) {
   ktg_log("started (ring %zu KiB per CPU, queue %zu KiB)", g_opt.ring_bytes / 1024, g_opt.queue_bytes / 1024);
   ktg_port_tick();
   unsigned ticks = 0;
-  static struct pollfd fds[KTG_MAX_CPUS + 2];
+  static struct pollfd fds[KTG_MAX_CPUS + 3];
   for (;;) {
-    int n = 0, port_at = -1;
+    int n = 0, port_at = -1, guard_at = -1;
     fds[n++] = (struct pollfd){tfd, POLLIN, 0};
+    if (ktg_guard_poll_fd() >= 0) {
+      guard_at = n;
+      fds[n++] = (struct pollfd){ktg_guard_poll_fd(), POLLIN, 0};
+    }
     short ev;
     int pfd = ktg_port_poll_fd(&ev);
     if (pfd >= 0) {
@@ -201,6 +209,11 @@ int main(int argc, char **argv) {
       ktg_log("poll: %s", strerror(errno));
       sleep(1);
       continue;
+    }
+    /* Guard notices first: a kernel context is waiting on each. */
+    if (guard_at >= 0 && fds[guard_at].revents) {
+      ktg_guard_read();
+      ktg_port_flush();
     }
     ktg_perf_drain();
     if (fds[0].revents & POLLIN) {

@@ -106,6 +106,7 @@ static void on_connect(void) {
 
 static void start_session(const char *why) {
   if (P.session) {
+    ktg_guard_stop("new session");
     ktg_queue_disconnect();
     ktg_dump_abort();
   }
@@ -114,6 +115,7 @@ static void start_session(const char *why) {
   g_ctr.connections++;
   ktg_queue_new_session();
   ktg_dump_start(P.ever_session ? KTP_STATE_RECONNECT : KTP_STATE_START);
+  ktg_guard_session_totals();
   ktg_log("session %llu started (%s)", (unsigned long long)g_ctr.connections, why);
   P.ever_session = 1;
   P.ever_connected = 1;
@@ -124,6 +126,7 @@ static void on_disconnect(const char *why) {
   P.connected = 0;
   P.session = 0;
   P.rlen = 0;
+  ktg_guard_stop("host gone");
   ktg_queue_disconnect();
   ktg_dump_abort();
   if (g_opt.fixed_fd >= 0) {
@@ -176,6 +179,8 @@ static void handle_frame(const struct ktp_frame *f) {
       if (st == KTP_OK) {
         ktg_debug("HELLO_ACK minor %u flags 0x%x", ack.proto_minor, ack.flags);
         P.acked = 1;
+        if (ack.flags & KTP_ACK_GUARD_ENABLED) ktg_guard_start();
+        else ktg_guard_stop("the host does not answer guard notices");
       } else {
         ktg_log("bad HELLO_ACK: %s", ktp_status_name(st));
       }
@@ -196,8 +201,13 @@ static void handle_frame(const struct ktp_frame *f) {
       close_for(ERROR_BACKOFF_MS, "host sent ERROR");
       break;
     }
-    case KTP_GUARD_ACK:
-      break; /* ktguard is not there yet: nothing waits for an ack */
+    case KTP_GUARD_ACK: {
+      struct ktp_guard_ack ack;
+      int st = ktp_parse_guard_ack(f, &ack);
+      if (st == KTP_OK) ktg_guard_ack(&ack);
+      else ktg_log("bad GUARD_ACK: %s", ktp_status_name(st));
+      break;
+    }
     default:
       ktg_debug("ignoring host frame type %u", f->type);
   }

@@ -31,7 +31,7 @@ struct fqueue {
 };
 
 static struct {
-  struct fqueue dump, live;
+  struct fqueue dump, live, urgent;
   size_t budget;
   uint64_t dropped[KTP_TYPE_MAX + 1]; /* dropped and not yet reported */
   uint8_t cur[KTP_MAX_FRAME]; /* the frame being written */
@@ -40,6 +40,7 @@ static struct {
   int cur_live;      /* a live event: a drop if the host leaves mid-frame */
   uint64_t cur_lost; /* a LOST(QUEUE) count to restore on such a drop */
   uint64_t seq;
+  int hello_sent; /* the session's first frame (HELLO) went out */
 } Q;
 
 static uint8_t scratch[KTP_MAX_FRAME];
@@ -97,6 +98,10 @@ void ktg_enqueue(enum ktg_lane lane, long n) {
     fq_push(&Q.dump, f);
     return;
   }
+  if (lane == KTG_LANE_URGENT) {
+    fq_push(&Q.urgent, f);
+    return;
+  }
   while (Q.live.head && Q.live.bytes + cost(f) > Q.budget) {
     struct qframe *old = fq_pop(&Q.live);
     count_drop(old->type);
@@ -136,6 +141,8 @@ void ktg_queue_new_session(void) {
   Q.seq = 0;
   Q.cur_len = Q.cur_off = 0;
   fq_clear(&Q.dump);
+  fq_clear(&Q.urgent);
+  Q.hello_sent = 0;
 }
 
 void ktg_queue_disconnect(void) {
@@ -145,6 +152,7 @@ void ktg_queue_disconnect(void) {
   }
   Q.cur_len = Q.cur_off = 0;
   fq_clear(&Q.dump);
+  fq_clear(&Q.urgent); /* their holds end when the guard device closes */
 }
 
 /* The heartbeat goes into the live lane, in order with the events: its
@@ -165,7 +173,7 @@ static int any_dropped(void) {
 }
 
 int ktg_queue_pending(void) {
-  return Q.cur_off < Q.cur_len || Q.dump.head || any_dropped() || Q.live.head;
+  return Q.cur_off < Q.cur_len || Q.dump.head || Q.urgent.head || any_dropped() || Q.live.head;
 }
 
 static void take(struct qframe *f, int live) {
@@ -182,10 +190,16 @@ static int next_frame(int dump_complete) {
   Q.cur_off = Q.cur_len = 0;
   Q.cur_lost = 0;
   Q.cur_live = 0;
-  if (Q.dump.head || !dump_complete) {
+  if (Q.urgent.head && Q.hello_sent) {
+    /* A guard notice: a kernel context waits for its ack. Only HELLO goes
+     * before it, so that the host knows the session. */
+    take(fq_pop(&Q.urgent), 0);
+  } else if (Q.dump.head || !dump_complete) {
     /* Nothing overtakes the dump: the host needs the state before events. */
-    if (!dump_complete || !Q.dump.head) return 0;
+    if (!Q.dump.head || (!dump_complete && Q.hello_sent)) return 0;
+    /* HELLO leaves as soon as it is queued; the rest of the dump once whole. */
     take(fq_pop(&Q.dump), 0);
+    Q.hello_sent = 1;
   } else if (any_dropped()) {
     int t = 0;
     while (!Q.dropped[t]) ++t;

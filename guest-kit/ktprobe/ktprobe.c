@@ -6,6 +6,9 @@
  *   ktprobe bpf-load [--insns N] [--name NAME] [--hold SECONDS]
  *   ktprobe phys-pattern --pages N [--hold SECONDS]
  *   ktprobe sideband-count --seconds S
+ *   ktprobe guard-reader --seconds S [--no-ack] [--delay-ms MS] [--copy]
+ *   ktprobe xdp-cycle [--ifindex N] [--rounds N]
+ *   ktprobe bpf-stress --count N --out FILE [--kinds LIST] [--batch K] [--seed S]
  */
 #define _GNU_SOURCE
 #include <elf.h>
@@ -24,7 +27,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "bpf_stress.h"
+#include "guard_reader.h"
 #include "kelf.h"
+#include "xdp_cycle.h"
 
 #define MAX_KCORE_READ (64u << 20)
 #define MAX_PHDRS 4096
@@ -384,11 +390,17 @@ int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "bpf-load") == 0) return bpf_load(argc - 2, argv + 2);
   if (argc >= 2 && strcmp(argv[1], "phys-pattern") == 0) return phys_pattern(argc - 2, argv + 2);
   if (argc >= 2 && strcmp(argv[1], "sideband-count") == 0) return sideband_count(argc - 2, argv + 2);
+  if (argc >= 2 && strcmp(argv[1], "guard-reader") == 0) return guard_reader(argc - 2, argv + 2);
+  if (argc >= 2 && strcmp(argv[1], "xdp-cycle") == 0) return xdp_cycle(argc - 2, argv + 2);
+  if (argc >= 2 && strcmp(argv[1], "bpf-stress") == 0) return bpf_stress(argc - 2, argv + 2);
   fprintf(stderr,
           "usage: ktprobe kcore-read ADDR LEN [--raw]\n"
           "       ktprobe elf-section-size FILE SECTION\n"
           "       ktprobe bpf-load [--insns N] [--name NAME] [--hold SECONDS]\n"
           "       ktprobe phys-pattern --pages N [--hold SECONDS]\n"
-          "       ktprobe sideband-count --seconds S\n");
+          "       ktprobe sideband-count --seconds S\n"
+          "       ktprobe guard-reader --seconds S [--no-ack] [--delay-ms MS] [--copy]\n"
+          "       ktprobe xdp-cycle [--ifindex N] [--rounds N]\n"
+          "       ktprobe bpf-stress --count N --out FILE [--kinds LIST] [--batch K] [--seed S]\n");
   return 2;
 }

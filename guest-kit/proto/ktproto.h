@@ -171,9 +171,14 @@ struct ktp_text_poke {
 enum ktp_lost_kind {
   KTP_LOST_PERF_RING = 1,   /* PERF_RECORD_LOST in a perf ring: count = records */
   KTP_LOST_QUEUE = 2,       /* ktguest's own queue overflowed (host slow/absent): count = frames */
-  KTP_LOST_GUARD_TIMEOUT = 3, /* a guard hold timed out before the host acked */
-  KTP_LOST_MODULE_RACE = 4  /* a module vanished before its ranges could be read */
+  KTP_LOST_GUARD_TIMEOUT = 3, /* guard holds that ended without the host's ack (timeout, reader gone, ...) */
+  KTP_LOST_MODULE_RACE = 4,  /* a module vanished before its ranges could be read */
+  KTP_LOST_GUARD_UNGUARDED = 5 /* frees ktguard saw while no host held the guard open */
 };
+/* record_type of a guard LOST (kinds 3 and 5) sent at the start of every
+ * session: count is then ktguard's total since it was loaded, not new losses
+ * (frames of an earlier session may have died with that host). */
+#define KTP_LOST_TOTAL_SINCE_LOAD 0xFFFFFFFFu
 struct ktp_lost {
   uint64_t time;
   uint32_t cpu;  /* UINT32_MAX when not per CPU */
@@ -187,7 +192,7 @@ struct ktp_guard_notice {
   uint32_t cpu;
   uint64_t id;
   uint64_t start, end;
-  uint32_t kind; /* what is freed: 1 bpf, 2 module, 3 trampoline, 4 ftrace, 5 kprobe */
+  uint32_t kind; /* what is freed: ktguard's enum ktguard_kind (1..9) */
 };
 
 struct ktp_guard_ack {

@@ -31,7 +31,10 @@ void print_summary(const EventLog& log, const SidebandDecoder& dec, bool json) {
                         {"module_unloads", log.count("module_unload")},
                         {"lost_perf_ring", log.lost(1)},
                         {"lost_queue", log.lost(2)},
-                        {"lost_guard_timeout", log.lost(3)},
+                        {"lost_guard_miss", log.lost(3)},
+                        {"lost_unguarded", log.lost(5)},
+                        {"guard_missed_since_load", log.lost_since_load(3)},
+                        {"unguarded_since_load", log.lost_since_load(5)},
                         {"lost_module_race", log.lost(4)},
                         {"frames", st.frames},
                         {"bytes", st.bytes},
@@ -48,11 +51,12 @@ void print_summary(const EventLog& log, const SidebandDecoder& dec, bool json) {
   }
   std::fprintf(stderr,
                "summary: %zu events (%zu text_poke, %zu ksymbol, %zu bpf, %zu module load, %zu unload); "
-               "lost: %lu perf-ring, %lu queue, %lu guard-timeout, %lu module-race; %lu frames, %s, "
+               "lost: %lu perf-ring, %lu queue, %lu guard-miss, %lu unguarded, %lu module-race; %lu frames, %s, "
                "%lu decode errors, %lu frames missing\n",
                log.size(), log.count("text_poke"), log.count("ksymbol"), log.count("bpf"), log.count("module_load"),
                log.count("module_unload"), static_cast<unsigned long>(log.lost(1)),
                static_cast<unsigned long>(log.lost(2)), static_cast<unsigned long>(log.lost(3)),
+               static_cast<unsigned long>(log.lost(5)),
                static_cast<unsigned long>(log.lost(4)), static_cast<unsigned long>(st.frames),
                human_bytes(st.bytes).c_str(), static_cast<unsigned long>(st.errors()),
                static_cast<unsigned long>(st.frames_missing));

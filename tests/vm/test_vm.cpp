@@ -1,12 +1,15 @@
 #include "test_vm.h"
 
 #include <stdlib.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <deque>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -20,6 +23,60 @@ std::string image_dir() {
 }
 std::string kthost_binary() { return KT_KTHOST_BINARY; }
 std::string launcher() { return std::string(KT_SOURCE_DIR) + "/vm-images/ktvm"; }
+
+Result<std::unique_ptr<Background>> Background::start(const std::vector<std::string>& argv,
+                                                     const std::string& log_path) {
+  auto bg = std::unique_ptr<Background>(new Background());
+  bg->log_path_ = log_path;
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  int pid = ::fork();
+  if (pid < 0) return io_error("fork", errno);
+  if (pid == 0) {
+    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  bg->pid_ = pid;
+  return bg;
+}
+
+Background::~Background() {
+  if (!reaped_ && pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+void Background::signal(int sig) {
+  if (!reaped_ && pid_ > 0) ::kill(pid_, sig);
+}
+
+int Background::wait(std::chrono::seconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!reaped_) {
+    int st = 0;
+    int r = ::waitpid(pid_, &st, WNOHANG);
+    if (r == pid_) {
+      reaped_ = true;
+      status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      break;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return status_;
+}
+
+std::string Background::log() const {
+  auto text = read_file(log_path_);
+  return text ? *text : "";
+}
 
 CommandResult run_command(const std::string& command_line, int timeout_s) {
   std::string wrapped = "timeout --kill-after=10 " + std::to_string(timeout_s) + " sh -c '" ;

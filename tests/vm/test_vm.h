@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kthost/common/result.h"
 #include "kthost/vm/guest_exec.h"
@@ -35,6 +36,27 @@ struct CommandResult {
   std::string output;
 };
 CommandResult run_command(const std::string& command_line, int timeout_s = 300);
+
+// A host command running in the background (e.g. `kthost trace`), its
+// stdout+stderr going to a file. The destructor kills it.
+class Background {
+ public:
+  static Result<std::unique_ptr<Background>> start(const std::vector<std::string>& argv, const std::string& log_path);
+  ~Background();
+  int pid() const { return pid_; }
+  void signal(int sig);
+  // Waits up to `timeout` for the exit; returns the exit status (128+signal
+  // when killed), or -1 on timeout.
+  int wait(std::chrono::seconds timeout);
+  std::string log() const;
+
+ private:
+  Background() = default;
+  int pid_ = -1;
+  bool reaped_ = false;
+  int status_ = -1;
+  std::string log_path_;
+};
 
 std::string image_dir();
 std::string kthost_binary();

@@ -1,5 +1,7 @@
 #include "kthost/sideband/event_log.h"
 
+#include <algorithm>
+
 namespace kt {
 
 void EventLog::append(std::vector<SidebandEvent>&& events) {
@@ -10,7 +12,10 @@ void EventLog::append(std::vector<SidebandEvent>&& events) {
     }
     ev.index = events_.size();
     ++counts_[event_kind(ev.body)];
-    if (const auto* lost = std::get_if<LostEvent>(&ev.body)) lost_[lost->kind] += lost->count;
+    if (const auto* lost = std::get_if<LostEvent>(&ev.body)) {
+      if (lost->record_type == kLostTotalSinceLoad) lost_since_load_[lost->kind] = std::max(lost_since_load_[lost->kind], lost->count);
+      else lost_[lost->kind] += lost->count;
+    }
     if (std::holds_alternative<HeartbeatEvent>(ev.body)) last_heartbeat_ = static_cast<long>(events_.size());
     events_.push_back(std::move(ev));
   }
@@ -39,6 +44,11 @@ std::vector<const SidebandEvent*> EventLog::between(uint64_t t0, uint64_t t1) co
 uint64_t EventLog::lost(uint32_t kind) const {
   auto it = lost_.find(kind);
   return it == lost_.end() ? 0 : it->second;
+}
+
+uint64_t EventLog::lost_since_load(uint32_t kind) const {
+  auto it = lost_since_load_.find(kind);
+  return std::max(it == lost_since_load_.end() ? 0 : it->second, lost(kind));
 }
 
 const HeartbeatEvent* EventLog::last_heartbeat() const {

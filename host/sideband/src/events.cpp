@@ -34,8 +34,9 @@ const char* lost_kind_name(uint32_t kind) {
   switch (kind) {
     case 1: return "perf-ring";
     case 2: return "queue";
-    case 3: return "guard-timeout";
+    case 3: return "guard-miss";
     case 4: return "module-race";
+    case 5: return "unguarded";
   }
   return "unknown";
 }

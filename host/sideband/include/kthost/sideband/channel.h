@@ -16,8 +16,11 @@ namespace kt {
 
 class SidebandChannel {
  public:
+  // `guard`: this host answers GUARD_NOTICE (HELLO_ACK's KTP_ACK_GUARD_ENABLED),
+  // so ktguest opens ktguard and the guest's frees wait for send_guard_ack.
   static Result<SidebandChannel> connect(const std::string& socket_path,
-                                         std::chrono::milliseconds timeout = std::chrono::seconds(10));
+                                         std::chrono::milliseconds timeout = std::chrono::seconds(10),
+                                         bool guard = false);
   // Waits up to `wait` for bytes, decodes everything available and returns
   // the events completed. Errors: Protocol when the peer speaks another
   // version (after telling it so) or QEMU closed the socket; Io.
@@ -36,6 +39,7 @@ class SidebandChannel {
   SidebandDecoder decoder_;
   uint64_t tx_seq_ = 0;
   bool acked_ = false;
+  uint32_t ack_flags_ = 0;
 };
 
 }  // namespace kt

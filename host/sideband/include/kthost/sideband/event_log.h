@@ -26,7 +26,12 @@ class EventLog {
   // Events with guest time in [t0, t1], in log order.
   std::vector<const SidebandEvent*> between(uint64_t t0, uint64_t t1) const;
   // Sum of LostEvent counts of one ktp_lost_kind (1 perf ring, 2 queue, 3 guard timeout, 4 module race).
+  // Losses reported in this log (LOST frames other than totals).
   uint64_t lost(uint32_t kind) const;
+  // Guard kinds (3, 5): the largest total since ktguard loaded that the guest
+  // reported at a session start, or lost(kind) when larger.
+  uint64_t lost_since_load(uint32_t kind) const;
+  static constexpr uint32_t kLostTotalSinceLoad = 0xFFFFFFFFu;  // KTP_LOST_TOTAL_SINCE_LOAD
   // The guest's newest counters, from its last heartbeat (nullptr before any).
   const HeartbeatEvent* last_heartbeat() const;
   // Events not kept because the log was full.
@@ -37,6 +42,7 @@ class EventLog {
   std::vector<SidebandEvent> events_;
   std::map<std::string, size_t> counts_;
   std::map<uint32_t, uint64_t> lost_;
+  std::map<uint32_t, uint64_t> lost_since_load_;
   uint64_t dropped_ = 0;
   long last_heartbeat_ = -1;
 };

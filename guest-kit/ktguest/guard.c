@@ -1,0 +1,146 @@
+/* The relay between ktguard (/dev/ktguard) and the host.
+ *
+ * ktguard holds a freeing context until its notice is acked, but only while
+ * a reader has /dev/ktguard open. So the device is open exactly while a host
+ * session is up whose HELLO_ACK said KTP_ACK_GUARD_ENABLED: with no host (or
+ * a host that does not answer notices) nothing is held, and frees are
+ * counted by ktguard as "unguarded". Closing the device ends every pending
+ * hold at once ("reader gone"), so a host that vanishes costs the guest no
+ * more than the time ktguest needs to notice the hangup.
+ *
+ * Notices go out in the urgent lane (ahead of queued events); acks are
+ * written back as they arrive. Once a second ktguard's counters are read and
+ * any new misses or unguarded frees are queued as LOST frames, which wait in
+ * the live lane for a host if none is connected.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ktguard_uapi.h"
+#include "ktguest.h"
+
+#define STATS_PATH "/sys/module/ktguard/parameters/stats"
+
+static struct {
+  int fd;
+  int warned_absent;
+  /* ktguard counters already reported as LOST. */
+  uint64_t reported_missed, reported_unguarded;
+} G = {.fd = -1};
+
+int ktg_guard_open(void) { return G.fd >= 0; }
+
+void ktg_guard_start(void) {
+  if (G.fd >= 0) return;
+  G.fd = open(KTGUARD_DEVICE, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  if (G.fd < 0) {
+    if (!G.warned_absent)
+      ktg_log("%s: %s; frees of kernel text are not held (best effort)", KTGUARD_DEVICE, strerror(errno));
+    G.warned_absent = 1;
+    return;
+  }
+  G.warned_absent = 0;
+  ktg_log("guard on: %s open, frees of kernel text wait for the host", KTGUARD_DEVICE);
+}
+
+void ktg_guard_stop(const char *why) {
+  if (G.fd < 0) return;
+  close(G.fd); /* ktguard ends every pending hold ("reader gone") */
+  G.fd = -1;
+  ktg_log("guard off (%s)", why);
+}
+
+int ktg_guard_poll_fd(void) { return G.fd; }
+
+void ktg_guard_read(void) {
+  if (G.fd < 0) return;
+  struct ktguard_notice buf[16];
+  for (;;) {
+    ssize_t n = read(G.fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) {
+      ktg_log("read %s: %s", KTGUARD_DEVICE, n < 0 ? strerror(errno) : "end of file");
+      ktg_guard_stop("device read failed");
+      return;
+    }
+    size_t count = (size_t)n / sizeof buf[0];
+    for (size_t i = 0; i < count; ++i) {
+      const struct ktguard_notice *k = &buf[i];
+      struct ktp_guard_notice m = {k->time_ns, k->cpu, k->id, k->start, k->end, k->kind};
+      g_ctr.guard_notices++;
+      ktg_debug("guard notice %llu [%#llx, %#llx) kind %u", (unsigned long long)k->id,
+                (unsigned long long)k->start, (unsigned long long)k->end, k->kind);
+      ktg_enqueue(KTG_LANE_URGENT, ktp_encode_guard_notice(ktg_scratch(), KTP_MAX_FRAME, 0, &m));
+    }
+    if ((size_t)n < sizeof buf) return;
+  }
+}
+
+void ktg_guard_ack(const struct ktp_guard_ack *ack) {
+  g_ctr.guard_acks++;
+  if (G.fd < 0) return; /* the hold already ended when the device closed */
+  struct ktguard_ack a = {ack->id, ack->status, 0};
+  ssize_t w;
+  do {
+    w = write(G.fd, &a, sizeof a);
+  } while (w < 0 && errno == EINTR);
+  if (w != (ssize_t)sizeof a) ktg_log("write %s: %s", KTGUARD_DEVICE, w < 0 ? strerror(errno) : "short write");
+}
+
+/* "name=value" lines; returns 0 when `name` was found. */
+static int stat_value(const char *text, const char *name, uint64_t *out) {
+  size_t len = strlen(name);
+  for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+    if (strncmp(p, name, len) == 0 && p[len] == '=') {
+      *out = strtoull(p + len + 1, NULL, 10);
+      return 0;
+    }
+  }
+  return -1;
+}
+
+static void queue_lost(uint32_t kind, uint32_t record_type, uint64_t count) {
+  struct ktp_lost m = {ktg_perf_now(), UINT32_MAX, kind, record_type, count};
+  ktg_enqueue(KTG_LANE_LIVE, ktp_encode_lost(ktg_scratch(), KTP_MAX_FRAME, 0, &m));
+}
+
+/* ktguard's totals since it loaded: misses (holds without an ack) and
+ * unguarded frees. Returns -1 when ktguard is not there. */
+static int read_totals(uint64_t *missed, uint64_t *unguarded) {
+  char text[1024];
+  if (ktg_read_file(STATS_PATH, text, sizeof text) < 0) return -1;
+  uint64_t timeouts = 0, gone = 0, overflows = 0, errors = 0;
+  if (stat_value(text, "timeouts", &timeouts) || stat_value(text, "reader_gone", &gone) ||
+      stat_value(text, "overflows", &overflows) || stat_value(text, "host_errors", &errors) ||
+      stat_value(text, "unguarded", unguarded))
+    return -1;
+  *missed = timeouts + gone + overflows + errors;
+  return 0;
+}
+
+void ktg_guard_session_totals(void) {
+  uint64_t missed, unguarded;
+  if (read_totals(&missed, &unguarded) != 0) return;
+  queue_lost(KTP_LOST_GUARD_TIMEOUT, KTP_LOST_TOTAL_SINCE_LOAD, missed);
+  queue_lost(KTP_LOST_GUARD_UNGUARDED, KTP_LOST_TOTAL_SINCE_LOAD, unguarded);
+}
+
+void ktg_guard_check(void) {
+  uint64_t missed, unguarded;
+  if (read_totals(&missed, &unguarded) != 0) return;
+  g_ctr.guard_missed = missed;
+  g_ctr.guard_unguarded = unguarded;
+  /* The first reading is reported whole (everything since ktguard loaded,
+   * frees at boot before any host included): a restarted ktguest may so
+   * report some losses twice, but never hides one. */
+  if (missed > G.reported_missed) queue_lost(KTP_LOST_GUARD_TIMEOUT, 0, missed - G.reported_missed);
+  if (unguarded > G.reported_unguarded) queue_lost(KTP_LOST_GUARD_UNGUARDED, 0, unguarded - G.reported_unguarded);
+  G.reported_missed = missed;
+  G.reported_unguarded = unguarded;
+}

@@ -1,0 +1,101 @@
+// TextSaver: copies guest kernel text into the text store when the sideband
+// says it appears or is about to go.
+//
+//   GUARD_NOTICE        ktguard holds the freeing context: the range is read
+//                       now, stored (source Guard), and the caller acks with
+//                       the status returned. Exact.
+//   ksymbol register,   new BPF/out-of-line text or a new module: read at
+//   module load         once (source Load), so text that is loaded and freed
+//                       inside a trace can be decoded.
+//   ksymbol unregister, without the guard only (best effort): read again
+//   module unload       (source Unregister). By then the guest may already
+//                       have freed or overwritten it; such unloads are
+//                       counted as lost.
+//
+// No vCPU is stopped for a copy: the freeing context is held by ktguard, and
+// no other context may write text that is being freed (the kernel frees it
+// only once nothing can reach it), so the bytes cannot change under the copy.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kthost/introspect/page_walker.h"
+#include "kthost/sideband/events.h"
+#include "kthost/textstore/text_store.h"
+
+namespace kt {
+
+// One guard hold as the host saw it.
+struct HoldRecord {
+  uint64_t id = 0, start = 0, end = 0, guest_time = 0;
+  uint32_t kind = 0, cpu = 0;
+  uint32_t status = 0;      // the ack: 0 saved, 1 not
+  double copy_us = 0;       // reading guest RAM and storing
+  double host_us = 0;       // notice decoded -> ack written
+  std::string error;        // why it could not be saved
+};
+
+struct TextSaverStats {
+  uint64_t guard_notices = 0, guard_saved = 0, guard_failed = 0;
+  uint64_t load_copies = 0, load_failed = 0;
+  uint64_t loads_from_guard = 0;  // load events that arrived after their text's guard notice
+  uint64_t unregister_copies = 0;
+  uint64_t unloads_seen = 0;   // BPF/OOL unregisters and module unloads
+  uint64_t unloads_lost = 0;   // best effort: text unreadable, int3-filled or changed when read
+  uint64_t bytes_saved = 0;
+  uint64_t store_errors = 0;
+};
+
+class TextSaver {
+ public:
+  // `guard`: ktguard answers notices, so unloads need no best-effort copy.
+  TextSaver(PageWalker& walker, TextStoreWriter& store, bool guard);
+
+  // Saves a GUARD_NOTICE's range; returns the hold (status for the ack).
+  HoldRecord on_guard_notice(const SidebandEvent& ev, const GuardNoticeEvent& notice);
+  // Everything else: load copies, and best-effort unload copies.
+  void on_event(const SidebandEvent& ev);
+
+  const TextSaverStats& stats() const { return stats_; }
+  // Best effort: the last unloads that lost their text ("name [start, end): why").
+  const std::vector<std::string>& lost_unloads() const { return lost_; }
+
+  // Longest range read for one notice or event; longer ones are cut (and the
+  // hold reported as failed).
+  static constexpr uint64_t kMaxCopy = 64u << 20;
+
+ private:
+  Status copy(uint64_t start, uint64_t len, std::vector<uint8_t>* out);
+  void save(TextRecord&& r);
+  void load(const SidebandEvent& ev, uint64_t addr, uint64_t len, uint16_t kind, const std::string& name);
+  void unload(const SidebandEvent& ev, uint64_t addr, uint64_t len, uint16_t kind, const std::string& name);
+
+  PageWalker& walker_;
+  TextStoreWriter& store_;
+  bool guard_;
+  TextSaverStats stats_;
+  std::vector<std::string> lost_;
+  // The load copy of each live range, by start address: what an unload is
+  // compared with in best-effort mode.
+  struct Live {
+    uint64_t len;
+    std::vector<uint8_t> bytes;
+  };
+  std::unordered_map<uint64_t, Live> live_;
+  // Recent guard copies. A notice overtakes queued events, so a load event
+  // can arrive after the notice that freed its text: its bytes then come from
+  // here instead of from guest RAM, where they are gone.
+  struct Saved {
+    uint64_t start, end, time;
+    std::vector<uint8_t> bytes;
+  };
+  std::deque<Saved> recent_;
+  uint64_t recent_bytes_ = 0;
+};
+
+}  // namespace kt

@@ -1,0 +1,147 @@
+#include "kthost/capture/text_saver.h"
+
+#include <algorithm>
+
+#include "kthost/common/strings.h"
+
+namespace kt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double us_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+}
+constexpr uint16_t kKindModule = 16;  // Load/Unregister records of module text
+constexpr size_t kMaxLostNames = 64;
+constexpr size_t kRecentMax = 4096;
+constexpr uint64_t kRecentBytesMax = 64u << 20;
+
+bool all_int3(const std::vector<uint8_t>& b) {
+  return !b.empty() && std::all_of(b.begin(), b.end(), [](uint8_t x) { return x == 0xCC; });
+}
+
+}  // namespace
+
+TextSaver::TextSaver(PageWalker& walker, TextStoreWriter& store, bool guard)
+    : walker_(walker), store_(store), guard_(guard) {}
+
+Status TextSaver::copy(uint64_t start, uint64_t len, std::vector<uint8_t>* out) {
+  // The guest maps and unmaps vmalloc text all the time: never trust a
+  // cached translation for it.
+  walker_.flush_cache();
+  out->resize(len);
+  return walker_.read_virtual(start, out->data(), len);
+}
+
+void TextSaver::save(TextRecord&& r) {
+  stats_.bytes_saved += r.bytes.size();
+  if (!store_.append(r)) stats_.store_errors++;
+}
+
+HoldRecord TextSaver::on_guard_notice(const SidebandEvent& ev, const GuardNoticeEvent& n) {
+  auto t0 = Clock::now();
+  HoldRecord h;
+  h.id = n.id;
+  h.start = n.start;
+  h.end = n.end;
+  h.kind = n.kind;
+  h.cpu = ev.cpu;
+  h.guest_time = ev.time;
+  stats_.guard_notices++;
+  if (n.end <= n.start || n.end - n.start > kMaxCopy) {
+    h.status = 1;
+    h.error = "range of " + std::to_string(n.end - n.start) + " bytes is empty or over the " +
+              human_bytes(kMaxCopy) + " limit";
+  } else {
+    TextRecord r;
+    r.time = ev.time;
+    r.start = n.start;
+    r.source = TextSource::Guard;
+    r.kind = static_cast<uint16_t>(n.kind);
+    r.id = n.id;
+    if (auto st = copy(n.start, n.end - n.start, &r.bytes); !st) {
+      h.status = 1;
+      h.error = st.error().message;
+    } else {
+      live_.erase(n.start);
+      recent_.push_back(Saved{n.start, n.end, ev.time, r.bytes});
+      recent_bytes_ += r.bytes.size();
+      while (recent_.size() > kRecentMax || recent_bytes_ > kRecentBytesMax) {
+        recent_bytes_ -= recent_.front().bytes.size();
+        recent_.pop_front();
+      }
+      save(std::move(r));
+    }
+  }
+  if (h.status == 0) stats_.guard_saved++;
+  else stats_.guard_failed++;
+  h.copy_us = us_since(t0);
+  return h;
+}
+
+void TextSaver::load(const SidebandEvent& ev, uint64_t addr, uint64_t len, uint16_t kind, const std::string& name) {
+  if (len == 0 || len > kMaxCopy) return;
+  TextRecord r;
+  r.time = ev.time;
+  r.start = addr;
+  r.source = TextSource::Load;
+  r.kind = kind;
+  r.name = name;
+  // Was this text already freed (the notice overtook this event)?
+  const Saved* from = nullptr;
+  for (auto it = recent_.rbegin(); it != recent_.rend() && !from; ++it)
+    if (it->start <= addr && addr + len <= it->end && it->time >= ev.time) from = &*it;
+  if (from) {
+    auto off = static_cast<ptrdiff_t>(addr - from->start);
+    r.bytes.assign(from->bytes.begin() + off, from->bytes.begin() + off + static_cast<ptrdiff_t>(len));
+    stats_.loads_from_guard++;
+  } else if (!copy(addr, len, &r.bytes)) {
+    stats_.load_failed++;
+    return;
+  }
+  stats_.load_copies++;
+  if (!guard_) live_[addr] = Live{len, r.bytes};
+  save(std::move(r));
+}
+
+void TextSaver::unload(const SidebandEvent& ev, uint64_t addr, uint64_t len, uint16_t kind, const std::string& name) {
+  stats_.unloads_seen++;
+  if (guard_ || len == 0 || len > kMaxCopy) return;
+  TextRecord r;
+  r.time = ev.time;
+  r.start = addr;
+  r.source = TextSource::Unregister;
+  r.kind = kind;
+  r.name = name;
+  std::string why;
+  if (auto st = copy(addr, len, &r.bytes); !st) {
+    why = "unreadable: " + st.error().message;
+  } else {
+    auto it = live_.find(addr);
+    if (all_int3(r.bytes)) why = "overwritten with int3";
+    else if (it != live_.end() && it->second.len == len && it->second.bytes != r.bytes)
+      why = "changed since load";
+    stats_.unregister_copies++;
+    save(std::move(r));
+  }
+  live_.erase(addr);
+  if (!why.empty()) {
+    stats_.unloads_lost++;
+    if (lost_.size() < kMaxLostNames)
+      lost_.push_back(name + " [" + hex(addr) + ", " + hex(addr + len) + "): " + why);
+  }
+}
+
+void TextSaver::on_event(const SidebandEvent& ev) {
+  if (const auto* k = std::get_if<KsymbolEvent>(&ev.body)) {
+    if (k->ksym_type != 1 && k->ksym_type != 2) return;
+    if (k->unregister) unload(ev, k->addr, k->len, k->ksym_type, k->name);
+    else load(ev, k->addr, k->len, k->ksym_type, k->name);
+  } else if (const auto* m = std::get_if<ModuleEvent>(&ev.body)) {
+    if (m->text_size == 0) return;
+    if (m->load) load(ev, m->text_addr, m->text_size, kKindModule, m->name);
+    else unload(ev, m->text_addr, m->text_size, kKindModule, m->name);
+  }
+}
+
+}  // namespace kt

@@ -1,0 +1,266 @@
+// kthost trace: follow a running guest and keep every version of its kernel
+// text. For now (--vm, no PT yet) it records the sideband and the text store,
+// with ktguard's holds answered from guest RAM:
+//
+//   DIR/text.kts       the text store (host/textstore), flushed every second
+//   DIR/events.jsonl   every sideband event, one JSON object per line
+//   DIR/holds.jsonl    every guard hold as the host saw it
+//   DIR/summary.json   counts and losses, written at the end
+//
+// The guest is never paused: a hold stops only the freeing context, inside
+// the guest, and ends at ktguard's timeout if this process dies.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "kthost/capture/text_saver.h"
+#include "kthost/common/io.h"
+#include "kthost/common/strings.h"
+#include "kthost/introspect/backends.h"
+#include "kthost/introspect/kernel_layout.h"
+#include "kthost/sideband/channel.h"
+#include "kthost/sideband/event_log.h"
+#include "kthost/vm/qmp_client.h"
+#include "kthost/vm/vm_description.h"
+
+namespace kt::cli {
+namespace {
+
+const char* kName = "trace";
+std::atomic<int> g_signal{0};
+void on_signal(int sig) { g_signal = sig; }
+using Clock = std::chrono::steady_clock;
+
+class LineFile {
+ public:
+  static Result<LineFile> create(const std::string& path) {
+    LineFile f;
+    f.fp_ = std::fopen(path.c_str(), "we");
+    if (!f.fp_) return io_error("create " + path, errno);
+    return f;
+  }
+  LineFile() = default;
+  LineFile(LineFile&& o) noexcept : fp_(std::exchange(o.fp_, nullptr)) {}
+  ~LineFile() {
+    if (fp_) std::fclose(fp_);
+  }
+  void line(const std::string& s) {
+    std::fputs(s.c_str(), fp_);
+    std::fputc('\n', fp_);
+  }
+  void flush() { std::fflush(fp_); }
+
+ private:
+  FILE* fp_ = nullptr;
+};
+
+nlohmann::json hold_json(const HoldRecord& h) {
+  nlohmann::json j = {{"id", h.id},         {"kind", h.kind},       {"cpu", h.cpu},
+                      {"start", hex(h.start)}, {"end", hex(h.end)},   {"bytes", h.end - h.start},
+                      {"guest_time", h.guest_time}, {"status", h.status}, {"copy_us", h.copy_us},
+                      {"host_us", h.host_us}};
+  if (!h.error.empty()) j["error"] = h.error;
+  return j;
+}
+
+struct Totals {
+  uint64_t holds = 0, acks_failed = 0;
+  double host_us_max = 0, host_us_total = 0;
+};
+
+nlohmann::json summary_json(const EventLog& log, const SidebandDecoder& dec, const TextSaver& saver,
+                            const TextStoreWriter& store, const Totals& t, bool guard, double seconds,
+                            const std::string& end_reason) {
+  const auto& s = saver.stats();
+  const auto& st = dec.stats();
+  nlohmann::json j = {
+      {"seconds", seconds},
+      {"end", end_reason},
+      {"guard", guard},
+      {"events", log.size()},
+      {"text_pokes", log.count("text_poke")},
+      {"ksymbols", log.count("ksymbol")},
+      {"module_loads", log.count("module_load")},
+      {"module_unloads", log.count("module_unload")},
+      {"holds", t.holds},
+      {"holds_failed", s.guard_failed},
+      {"hold_host_us_max", t.host_us_max},
+      {"hold_host_us_mean", t.holds ? t.host_us_total / static_cast<double>(t.holds) : 0.0},
+      {"text_records", store.records()},
+      {"text_bytes", store.text_bytes()},
+      {"load_copies", s.load_copies},
+      {"load_failed", s.load_failed},
+      {"loads_from_guard", s.loads_from_guard},
+      {"unregister_copies", s.unregister_copies},
+      {"unloads_seen", s.unloads_seen},
+      {"unloads_lost", s.unloads_lost},
+      {"store_errors", s.store_errors},
+      {"lost_perf_ring", log.lost(1)},
+      {"lost_queue", log.lost(2)},
+      {"lost_guard_miss", log.lost(3)},
+      {"lost_module_race", log.lost(4)},
+      {"lost_unguarded", log.lost(5)},
+      {"guard_missed_since_load", log.lost_since_load(3)},
+      {"unguarded_since_load", log.lost_since_load(5)},
+      {"decode_errors", st.errors()},
+      {"frames_missing", st.frames_missing},
+  };
+  if (!saver.lost_unloads().empty()) j["lost_unload_examples"] = saver.lost_unloads();
+  return j;
+}
+
+int run(const std::vector<std::string>& args) {
+  Options opt;
+  opt.value("vm", "FILE", "VM description (vm.json)");
+  opt.value("output", "DIR", "trace directory to create (-o)");
+  opt.value("duration", "SECONDS", "stop after this long (default: until Ctrl-C or SIGTERM)");
+  opt.value("backend", "NAME", "guest memory backend: auto (default), mmap, process");
+  opt.flag("no-guard", "do not answer ktguard: unloads are saved best effort from unregister events");
+  opt.flag("json", "print the summary as JSON on stdout");
+  std::vector<std::string> a = args;
+  for (auto& s : a)
+    if (s == "-o") s = "--output";
+  if (auto exit_status = parse_command_line(opt, kName, a)) return *exit_status;
+  auto vm_path = opt.get("vm");
+  auto out_dir = opt.get("output");
+  if (!vm_path || !out_dir) return fail(kName, Error(ErrorCode::InvalidArgument, "--vm FILE and -o DIR are required"));
+  double duration = 0;
+  if (auto d = opt.get("duration")) duration = std::atof(d->c_str());
+  bool guard = !opt.has("no-guard");
+  auto vm = VmDescription::load(*vm_path);
+  if (!vm) return fail(kName, vm.error());
+  if (vm->channel.empty())
+    return fail(kName, Error(ErrorCode::Unsupported, "the VM has no org.kthost.0 channel (vm.json \"channel\")"));
+  auto choice = parse_backend_choice(opt.get_or("backend", "auto"));
+  if (!choice) return fail(kName, choice.error());
+  if (*choice == BackendChoice::Monitor)
+    return fail(kName, Error(ErrorCode::InvalidArgument, "--backend xp is too slow to answer guard holds"));
+
+  // Guest memory and the kernel's page tables; QMP is released afterwards.
+  std::unique_ptr<GuestMemory> memory;
+  KernelLayout layout;
+  {
+    auto qmp = QmpClient::connect(vm->qmp);
+    if (!qmp) return fail(kName, qmp.error());
+    auto m = open_guest_memory(*qmp, *vm, *choice);
+    if (!m) return fail(kName, m.error());
+    memory = std::move(*m);
+    auto regs = read_registers(*qmp, 0);
+    if (!regs) return fail(kName, regs.error());
+    auto l = discover_kernel_layout(*memory, *regs, GuestSymbols{});
+    if (!l) return fail(kName, l.error());
+    layout = std::move(*l);
+  }
+  PageWalker walker(*memory, layout.paging);
+
+  if (::mkdir(out_dir->c_str(), 0755) != 0 && errno != EEXIST)
+    return fail(kName, io_error("mkdir " + *out_dir, errno));
+  auto store = TextStoreWriter::create(*out_dir + "/text.kts");
+  if (!store) return fail(kName, store.error());
+  auto events_file = LineFile::create(*out_dir + "/events.jsonl");
+  if (!events_file) return fail(kName, events_file.error());
+  auto holds_file = LineFile::create(*out_dir + "/holds.jsonl");
+  if (!holds_file) return fail(kName, holds_file.error());
+
+  auto channel = SidebandChannel::connect(vm->channel, std::chrono::seconds(10), guard);
+  if (!channel) return fail(kName, channel.error());
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  TextSaver saver(walker, *store, guard);
+  EventLog log;
+  Totals totals;
+  bool tty = ::isatty(2);
+  std::fprintf(stderr, "kthost trace: %s, memory %s, guard %s, writing %s\n", vm_path->c_str(),
+               memory->backend_name().c_str(), guard ? "on" : "off (best effort)", out_dir->c_str());
+  auto start = Clock::now(), last_flush = start;
+  std::string end_reason = "duration";
+  int status = 0;
+  for (;;) {
+    if (g_signal) {
+      end_reason = g_signal == SIGINT ? "SIGINT" : "SIGTERM";
+      break;
+    }
+    double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    if (duration > 0 && elapsed >= duration) break;
+    auto events = channel->poll(std::chrono::milliseconds(100));
+    if (!events) {
+      std::fprintf(stderr, "\nkthost trace: %s\n", events.error().message.c_str());
+      end_reason = "channel: " + events.error().message;
+      status = 1;
+      break;
+    }
+    for (const auto& ev : *events) {
+      if (const auto* n = std::get_if<GuardNoticeEvent>(&ev.body); n && guard) {
+        auto t0 = Clock::now();
+        HoldRecord h = saver.on_guard_notice(ev, *n);
+        auto ack = channel->send_guard_ack(n->id, h.status);
+        h.host_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+        if (!ack) {
+          h.error = h.error.empty() ? "ack: " + ack.error().message : h.error;
+          totals.acks_failed++;
+        }
+        totals.holds++;
+        totals.host_us_total += h.host_us;
+        totals.host_us_max = std::max(totals.host_us_max, h.host_us);
+        holds_file->line(hold_json(h).dump());
+      } else {
+        saver.on_event(ev);
+      }
+      events_file->line(to_json(ev));
+    }
+    log.append(std::move(*events));
+    auto now = Clock::now();
+    if (now - last_flush >= std::chrono::seconds(1)) {
+      last_flush = now;
+      if (auto st = store->flush(); !st) std::fprintf(stderr, "\nkthost trace: %s\n", st.error().message.c_str());
+      events_file->flush();
+      holds_file->flush();
+      if (tty)
+        std::fprintf(stderr, "\r%6.0fs  events %zu  pokes %zu  holds %lu  saved %s  lost %lu   ", elapsed, log.size(),
+                     log.count("text_poke"), static_cast<unsigned long>(totals.holds),
+                     human_bytes(store->text_bytes()).c_str(),
+                     static_cast<unsigned long>(log.lost(1) + log.lost(2) + log.lost(3) + log.lost(4) +
+                                                saver.stats().unloads_lost));
+    }
+  }
+  if (tty) std::fprintf(stderr, "\n");
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  auto flushed = store->flush();
+  events_file->flush();
+  holds_file->flush();
+  auto summary = summary_json(log, channel->decoder(), saver, *store, totals, guard, seconds, end_reason);
+  if (auto st = write_file_atomic(*out_dir + "/summary.json", summary.dump(2) + "\n"); !st)
+    return fail(kName, st.error());
+  if (!flushed) return fail(kName, flushed.error());
+  if (opt.has("json")) {
+    std::printf("%s\n", summary.dump().c_str());
+  } else {
+    const auto& s = saver.stats();
+    std::fprintf(stderr,
+                 "kthost trace: %.1f s, %zu events; %lu holds (%lu failed, host max %.0f us); %lu text records, %s; "
+                 "unloads %lu (lost %lu); lost: %lu perf-ring, %lu queue, %lu guard-miss, %lu unguarded (%s)\n",
+                 seconds, log.size(), static_cast<unsigned long>(totals.holds),
+                 static_cast<unsigned long>(s.guard_failed), totals.host_us_max,
+                 static_cast<unsigned long>(store->records()), human_bytes(store->text_bytes()).c_str(),
+                 static_cast<unsigned long>(s.unloads_seen), static_cast<unsigned long>(s.unloads_lost),
+                 static_cast<unsigned long>(log.lost(1)), static_cast<unsigned long>(log.lost(2)),
+                 static_cast<unsigned long>(log.lost(3)), static_cast<unsigned long>(log.lost(5)), end_reason.c_str());
+  }
+  return status;
+}
+
+CommandRegistration reg({kName, "follow a running guest: sideband, guard holds and the text store into a directory",
+                         run});
+
+}  // namespace
+}  // namespace kt::cli
