@@ -50,6 +50,19 @@ bool accepts(const Block& p, uint64_t resume) {
   return p.contains_insn(resume) || resumes_after(p, resume);
 }
 
+// Accepts `resume` for a reason other than "an indirect branch may go anywhere".
+bool accepts_exactly(const Block& p, uint64_t resume) {
+  switch (p.end) {
+    case EndKind::Indirect:
+    case EndKind::Return:
+    case EndKind::Iret:
+    case EndKind::ToUser:
+      return p.contains_insn(resume);
+    default:
+      return accepts(p, resume);
+  }
+}
+
 }  // namespace
 
 bool is_kernel_address(uint64_t address) { return address >= 0xffff800000000000ull; }
@@ -192,11 +205,11 @@ void VcpuEncoder::open_frame(const Block* interrupted, uint64_t handler, bool ch
   frames_.push_back(Frame{interrupted, handler, deferred_.size(), chained});
 }
 
-void VcpuEncoder::close_frame(std::vector<uint8_t>&& prefix) {
-  const Frame frame = frames_.back();
-  frames_.pop_back();
-  deferred_.insert(deferred_.begin() + static_cast<std::ptrdiff_t>(frame.offset), prefix.begin(),
-                   prefix.end());
+void VcpuEncoder::close_frame(size_t index, std::vector<uint8_t>&& prefix) {
+  const size_t offset = frames_[index].offset;
+  deferred_.insert(deferred_.begin() + static_cast<std::ptrdiff_t>(offset), prefix.begin(), prefix.end());
+  for (size_t j = index + 1; j < frames_.size(); ++j) frames_[j].offset += prefix.size();
+  frames_.erase(frames_.begin() + static_cast<std::ptrdiff_t>(index));
   if (frames_.empty()) {
     out_.insert(out_.end(), deferred_.begin(), deferred_.end());
     deferred_.clear();
@@ -204,10 +217,21 @@ void VcpuEncoder::close_frame(std::vector<uint8_t>&& prefix) {
   }
 }
 
-bool VcpuEncoder::resolve_top(uint64_t resume) {
-  const Frame& frame = frames_.back();
+// The frame a return to `resume` ends: the innermost one, as handlers nest;
+// else (a handler that slept and was switched out, while another context's
+// event is innermost) the innermost one whose block it fits exactly.
+long VcpuEncoder::find_frame(uint64_t resume) const {
+  if (frames_.empty()) return -1;
+  if (accepts(*frames_.back().interrupted, resume)) return static_cast<long>(frames_.size() - 1);
+  for (size_t k = frames_.size() - 1; k-- > 0;) {
+    if (accepts_exactly(*frames_[k].interrupted, resume)) return static_cast<long>(k);
+  }
+  return -1;
+}
+
+void VcpuEncoder::resolve_frame(size_t index, uint64_t resume) {
+  const Frame frame = frames_[index];
   const Block& p = *frame.interrupted;
-  if (!accepts(p, resume)) return false;
   std::vector<uint8_t> prefix;
   if (resumes_after(p, resume)) {
     ++stats_.resolved_async;
@@ -234,8 +258,7 @@ bool VcpuEncoder::resolve_top(uint64_t resume) {
   }
   emit_ip(ppt_fup, resume, prefix, false);
   emit_ip(ppt_tip, frame.handler, prefix, false);
-  close_frame(std::move(prefix));
-  return true;
+  close_frame(index, std::move(prefix));
 }
 
 void VcpuEncoder::give_up_top() {
@@ -246,25 +269,28 @@ void VcpuEncoder::give_up_top() {
   emit(packet, prefix);
   emit_ip(ppt_fup, frames_.back().handler, prefix, false);
   ++stats_.overflows;
-  close_frame(std::move(prefix));
+  close_frame(frames_.size() - 1, std::move(prefix));
 }
 
 // The previous block was an IRET and `target` is the next kernel block.
 void VcpuEncoder::return_to(uint64_t target) {
   flush_tnt();
-  if (is_entry(target) && (frames_.empty() || !accepts(*frames_.back().interrupted, target))) {
+  long index = find_frame(target);
+  if (index < 0 && is_entry(target)) {
     // An interrupt came right after the IRET, before its target ran: the
     // IRET's own target is unknown until this handler returns.
     open_frame(prev_, target, true);
     return;
   }
-  bool chained = true;
-  while (chained && !frames_.empty()) {
-    chained = frames_.back().chained;
-    if (!resolve_top(target)) {
-      give_up_top();
-      break;
-    }
+  // No frame fits: an event the encoder did not see as one (after an indirect
+  // branch, into an entry not learnt yet).  The TIP alone decodes the same
+  // instructions.  Frames left open are given up at the side-buffer limit.
+  while (index >= 0) {
+    const bool chained = frames_[static_cast<size_t>(index)].chained;
+    resolve_frame(static_cast<size_t>(index), target);
+    // A chained frame's block was the IRET ending the frame just below it.
+    if (!chained || index == 0 || !accepts(*frames_[static_cast<size_t>(index - 1)].interrupted, target)) break;
+    --index;
   }
   emit_tip(target);
 }
@@ -289,7 +315,8 @@ void VcpuEncoder::on_block(const Block& b) {
     return;
   }
   ++stats_.kernel_blocks;
-  stats_.kernel_insns += b.n_insns;
+  const bool rep_repeat = in_kernel_ && prev_->end == EndKind::Rep && b.start == prev_->last;
+  if (!rep_repeat) stats_.kernel_insns += b.n_insns;
   if (!frames_.empty() && (deferred_.size() > options_.deferred_limit || frames_.size() > options_.max_frames)) {
     flush_tnt();
     while (!frames_.empty()) give_up_top();

@@ -17,7 +17,9 @@
 // interrupted IP.  So from an unexplained discontinuity on, packets go into a
 // per-vCPU side buffer ("frame"), frames nest like the handlers, and the
 // matching IRET resolves the frame: the missing packets are inserted in front
-// of the handler's.  A frame that cannot be resolved (its IRET goes elsewhere,
+// of the handler's.  A handler that sleeps (a page fault waiting for a page)
+// lets other contexts run and open frames of their own, so an IRET may also
+// resolve a frame below the innermost one when only that frame's block fits.  A frame that cannot be resolved (its IRET goes elsewhere,
 // the side buffer fills up, tracing stops) becomes OVF + FUP(handler): the
 // tail of the interrupted block is lost, and counted.
 #ifndef KTHOST_PT_ENCODER_H
@@ -71,7 +73,7 @@ struct EncoderOptions {
 
 struct EncoderStats {
   uint64_t kernel_blocks = 0;
-  uint64_t kernel_insns = 0;          // instructions of executed kernel blocks (faults counted whole)
+  uint64_t kernel_insns = 0;          // instructions of executed kernel blocks (REP once, faults counted whole)
   uint64_t events = 0;                // discontinuities encoded as FUP+TIP
   uint64_t resolved_async = 0;        // deferred frames resolved as "after the block"
   uint64_t resolved_fault = 0;        // deferred frames resolved as "inside the block"
@@ -122,9 +124,10 @@ class VcpuEncoder {
   void flush_tnt();
   void emit_psb(bool with_fup, uint64_t ip);
   void open_frame(const Block* interrupted, uint64_t handler, bool chained);
-  bool resolve_top(uint64_t resume);
+  long find_frame(uint64_t resume) const;
+  void resolve_frame(size_t index, uint64_t resume);
   void give_up_top();
-  void close_frame(std::vector<uint8_t>&& prefix);
+  void close_frame(size_t index, std::vector<uint8_t>&& prefix);
   void return_to(uint64_t target);
   void learn_entry(uint64_t address);
   bool is_entry(uint64_t address) const;

@@ -192,6 +192,26 @@ TEST(PtEncoder, NestedInterruptsResolveInsideOut) {
                          "tip ffffffff81000104", "tip.pgd"}));
 }
 
+TEST(PtEncoder, SleepingHandlerIsResolvedOutOfOrder) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x100, 2, EndKind::Fallthrough));       // task A, faults/interrupted after: next K+0x104
+  r.run(kblock(K + 0x900, 1, EndKind::Return));            // A's handler sleeps: switch to task B
+  r.run(kblock(K + 0x500, 2, EndKind::Cond, K + 0x580));   // task B, interrupted after its branch
+  r.run(kblock(K + 0xa00, 1, EndKind::Return));            // B's handler sleeps: switch back to A
+  r.run(kblock(K + 0x600, 1, EndKind::Iret));              // A's handler returns (to A: not innermost)
+  r.run(kblock(K + 0x104, 1, EndKind::Return));            // A runs on, switches to B
+  r.run(kblock(K + 0x700, 1, EndKind::Iret));              // B's handler returns: the branch was taken
+  r.run(kblock(K + 0x580, 1, EndKind::ToUser));
+  r.from_user();
+  EXPECT_EQ(r.finish(),
+            with_header({"tip.pge ffffffff81000100", "fup ffffffff81000104", "tip ffffffff81000900",
+                         "tip ffffffff81000500", "tnt 1", "fup ffffffff81000580", "tip ffffffff81000a00",
+                         "tip ffffffff81000600", "tip ffffffff81000104", "tip ffffffff81000700",
+                         "tip ffffffff81000580", "tip.pgd"}));
+  EXPECT_EQ(r.encoder.stats().overflows, 0u);
+}
+
 TEST(PtEncoder, InterruptRightAfterIretIsChained) {
   Trace r;
   r.from_user();
