@@ -15,7 +15,7 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:?usage: run-pt-e2e.sh BUILD_DIR [IMAGE_DIR] [KTHOST] [ITERATIONS]}" && pwd)
 image=${2:-$build/vm-image}
 kthost=${3:-$build/host/cli/kthost}
-iterations=${4:-100}
+iterations=${4:-30}
 dir=${KTPT_E2E_DIR:-/tmp/ktpt-e2e}
 min=${KTPT_MIN_AGREEMENT:-99.99}
 rm -rf "$dir"
