@@ -1,0 +1,348 @@
+// ktpt.so: a QEMU 7.2 TCG plugin that writes a software Intel PT stream of
+// guest kernel execution, one file per vCPU (OUT/cpuN.pt), and optionally the
+// ground truth (OUT/cpuN.gt: every executed kernel instruction address as a
+// little-endian u64; consecutive iterations of one REP string instruction are
+// written once, and an instruction that faulted is left out, as PT shows them).
+//
+//   -plugin file=ktpt.so,out=DIR[,gt=on][,psb=4096][,trigger=PATH][,defer=BYTES]
+//
+// trigger=PATH: trace only while PATH exists (polled every 20 ms), so that a
+// test can trace a workload and not the boot.
+// Kernel mode is told by address (>= 0xffff800000000000): the 7.2 API cannot
+// read CPL.  TSC packets carry the host TSC (rdtsc) at PSB time.
+//
+// Hot path: one TB exec callback per executed block (user blocks only tell the
+// encoder that user code ran), each vCPU thread touches only its own state and
+// file.  Buffers are written when 256 KiB are full, when the vCPU idles, and at
+// exit.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "classify.h"
+#include "pt_encoder.h"
+#include "qemu_plugin_api.h"
+
+extern "C" {
+QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
+}
+
+namespace {
+
+constexpr size_t kFlushBytes = 256u << 10;
+constexpr size_t kGtFlushEntries = 32u << 10;
+
+// Ground-truth data about one kernel instruction, built at translation time.
+struct GtInsn {
+  uint64_t address;
+  uint64_t next;
+  uint8_t accesses;  // memory callbacks a completed execution gives; 0: not checked (none, or a branch)
+};
+
+struct alignas(64) Vcpu {
+  std::unique_ptr<ktpt::VcpuEncoder> encoder;
+  int pt_fd = -1;
+  int gt_fd = -1;
+  bool tracing = false;
+  bool write_failed = false;
+  std::vector<uint64_t> gt;
+  uint64_t gt_entries = 0;
+  const GtInsn* gt_pending = nullptr;  // last recorded instruction that touches memory
+  unsigned gt_mem_count = 0;           // ... and the memory callbacks it got so far
+  uint64_t gt_faults = 0;              // recorded instructions removed as not retired
+};
+
+struct Config {
+  std::string out_dir;
+  std::string trigger;
+  bool ground_truth = false;
+  ktpt::EncoderOptions options;
+};
+
+// Never destroyed: QEMU may run the plugin's exit callback after the C++
+// destructors of a dlopen'ed library, with vCPU threads still alive.
+Config& g_config = *new Config;
+std::vector<Vcpu>& g_vcpus = *new std::vector<Vcpu>;
+std::atomic<bool> g_enabled{true};
+std::atomic<bool> g_stop_poller{false};
+std::thread* g_poller = nullptr;
+const ktpt::Block& g_user_block = *new ktpt::Block;  // kernel == false
+
+uint64_t host_tsc(void*) { return __rdtsc(); }
+
+void write_all(Vcpu& v, int fd, const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0 && !v.write_failed) {
+    const ssize_t n = write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      v.write_failed = true;
+      break;
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+int open_output(unsigned index, const char* suffix) {
+  const std::string path = g_config.out_dir + "/cpu" + std::to_string(index) + suffix;
+  return open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+}
+
+void flush(Vcpu& v) {
+  if (!v.encoder) return;
+  std::vector<uint8_t>& out = v.encoder->output();
+  if (!out.empty()) {
+    write_all(v, v.pt_fd, out.data(), out.size());
+    out.clear();
+  }
+  if (!v.gt.empty()) {
+    write_all(v, v.gt_fd, v.gt.data(), v.gt.size() * sizeof(uint64_t));
+    v.gt.clear();
+  }
+}
+
+// Called on the vCPU's own thread, so no lock is needed.
+Vcpu* vcpu_state(unsigned index) {
+  if (index >= g_vcpus.size()) return nullptr;
+  Vcpu& v = g_vcpus[index];
+  if (!v.encoder) {
+    v.encoder = std::make_unique<ktpt::VcpuEncoder>(g_config.options, host_tsc, nullptr);
+    v.pt_fd = open_output(index, ".pt");
+    if (g_config.ground_truth) v.gt_fd = open_output(index, ".gt");
+    v.write_failed = v.pt_fd < 0 || (g_config.ground_truth && v.gt_fd < 0);
+    v.gt.reserve(kGtFlushEntries);
+  }
+  return &v;
+}
+
+void on_block(unsigned index, const ktpt::Block& block) {
+  Vcpu* v = vcpu_state(index);
+  if (!v) return;
+  if (!g_enabled.load(std::memory_order_relaxed)) {
+    if (v->tracing) {
+      v->encoder->stop();
+      v->tracing = false;
+      flush(*v);
+    }
+    return;
+  }
+  v->tracing = true;
+  v->encoder->on_block(block);
+  if (v->encoder->output().size() >= kFlushBytes) flush(*v);
+}
+
+void kernel_tb_exec(unsigned index, void* userdata) {
+  on_block(index, *static_cast<const ktpt::Block*>(userdata));
+}
+
+void user_tb_exec(unsigned index, void*) { on_block(index, g_user_block); }
+
+// An instruction callback fires before the instruction runs, so a faulting
+// instruction looks executed.  A memory callback fires only after an access
+// succeeded: an instruction that got fewer memory callbacks than it makes
+// accesses, and was followed by something other than its fallthrough (or a
+// re-run of itself), faulted.  PT marks it
+// as not retired (FUP at it), so the ground truth drops it too.
+void gt_settle_pending(Vcpu& v, uint64_t now) {
+  const GtInsn* p = v.gt_pending;
+  v.gt_pending = nullptr;
+  if (!p || v.gt_mem_count >= p->accesses || now == p->next || now == p->address) return;
+  if (!v.gt.empty() && v.gt.back() == p->address) {
+    v.gt.pop_back();
+    --v.gt_entries;
+    ++v.gt_faults;
+  }
+}
+
+void record_gt(Vcpu& v, const GtInsn* insn, bool rep) {
+  gt_settle_pending(v, insn->address);
+  // QEMU re-enters a REP string instruction once per iteration; PT shows it once.
+  const bool repeat = rep && !v.gt.empty() && v.gt.back() == insn->address;
+  if (!repeat) {
+    v.gt.push_back(insn->address);
+    ++v.gt_entries;
+  }
+  if (insn->accesses) {
+    v.gt_pending = insn;
+    v.gt_mem_count = 0;
+  }
+  if (v.gt.size() >= kGtFlushEntries) flush(v);
+}
+
+void gt_insn_exec(unsigned index, void* userdata) {
+  if (index >= g_vcpus.size() || !g_vcpus[index].tracing) return;
+  record_gt(g_vcpus[index], static_cast<const GtInsn*>(userdata), false);
+}
+
+void gt_rep_insn_exec(unsigned index, void* userdata) {
+  if (index >= g_vcpus.size() || !g_vcpus[index].tracing) return;
+  record_gt(g_vcpus[index], static_cast<const GtInsn*>(userdata), true);
+}
+
+void gt_mem_access(unsigned index, qemu_plugin_meminfo_t, uint64_t, void*) {
+  if (index < g_vcpus.size()) ++g_vcpus[index].gt_mem_count;
+}
+
+void tb_translate(qemu_plugin_id_t, struct qemu_plugin_tb* tb) {
+  const size_t n = qemu_plugin_tb_n_insns(tb);
+  const uint64_t start = qemu_plugin_tb_vaddr(tb);
+  if (n == 0) return;
+  if (!ktpt::is_kernel_address(start)) {
+    qemu_plugin_register_vcpu_tb_exec_cb(tb, user_tb_exec, QEMU_PLUGIN_CB_NO_REGS, nullptr);
+    return;
+  }
+  // Never freed: a vCPU's encoder keeps a pointer to the last block it ran,
+  // and QEMU may drop the TB (tb_flush) while that pointer is live.
+  auto* block = new ktpt::Block;
+  block->start = start;
+  block->kernel = true;
+  block->n_insns = static_cast<uint32_t>(n);
+  block->insn_offsets.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    struct qemu_plugin_insn* insn = qemu_plugin_tb_get_insn(tb, i);
+    const uint64_t address = qemu_plugin_insn_vaddr(insn);
+    const size_t size = qemu_plugin_insn_size(insn);
+    const auto* bytes = static_cast<const uint8_t*>(qemu_plugin_insn_data(insn));
+    block->insn_offsets.push_back(static_cast<uint16_t>(address - start));
+    if (i + 1 == n) {
+      const ktpt::EndClass c = ktpt::classify_instruction(bytes, size, address);
+      block->last = address;
+      block->next = address + size;
+      block->end = c.kind;
+      block->target = c.target;
+    }
+    if (g_config.ground_truth) {
+      const ktpt::InsnFacts facts = ktpt::instruction_facts(bytes, size);
+      auto* gt = new GtInsn{address, address + size, facts.branch ? uint8_t{0} : facts.memory_accesses};
+      qemu_plugin_register_vcpu_insn_exec_cb(insn, facts.rep_string ? gt_rep_insn_exec : gt_insn_exec,
+                                             QEMU_PLUGIN_CB_NO_REGS, gt);
+      if (gt->accesses) {
+        qemu_plugin_register_vcpu_mem_cb(insn, gt_mem_access, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW,
+                                         nullptr);
+      }
+    }
+  }
+  qemu_plugin_register_vcpu_tb_exec_cb(tb, kernel_tb_exec, QEMU_PLUGIN_CB_NO_REGS, block);
+}
+
+void vcpu_idle(qemu_plugin_id_t, unsigned index) {
+  if (index < g_vcpus.size()) flush(g_vcpus[index]);
+}
+
+void write_stats(unsigned index, const Vcpu& v) {
+  const std::string path = g_config.out_dir + "/cpu" + std::to_string(index) + ".stats";
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return;
+  const ktpt::EncoderStats& s = v.encoder->stats();
+  struct stat st {};
+  const std::string pt = g_config.out_dir + "/cpu" + std::to_string(index) + ".pt";
+  const long long pt_bytes = stat(pt.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : -1;
+  std::fprintf(f,
+               "pt_bytes=%lld\nkernel_blocks=%llu\nkernel_insns=%llu\ngt_entries=%llu\nevents=%llu\n"
+               "resolved_async=%llu\nresolved_fault=%llu\noverflows=%llu\npsbs=%llu\nenables=%llu\n"
+               "disables=%llu\nencode_errors=%llu\nwrite_failed=%d\ngt_faults_removed=%llu\n",
+               pt_bytes, static_cast<unsigned long long>(s.kernel_blocks),
+               static_cast<unsigned long long>(s.kernel_insns), static_cast<unsigned long long>(v.gt_entries),
+               static_cast<unsigned long long>(s.events), static_cast<unsigned long long>(s.resolved_async),
+               static_cast<unsigned long long>(s.resolved_fault), static_cast<unsigned long long>(s.overflows),
+               static_cast<unsigned long long>(s.psbs), static_cast<unsigned long long>(s.enables),
+               static_cast<unsigned long long>(s.disables), static_cast<unsigned long long>(s.encode_errors),
+               v.write_failed ? 1 : 0, static_cast<unsigned long long>(v.gt_faults));
+  std::fclose(f);
+}
+
+void at_exit(qemu_plugin_id_t, void*) {
+  g_stop_poller.store(true);
+  if (g_poller && g_poller->joinable()) g_poller->join();
+  for (unsigned i = 0; i < g_vcpus.size(); ++i) {
+    Vcpu& v = g_vcpus[i];
+    if (!v.encoder) continue;
+    v.encoder->stop();
+    flush(v);
+    if (v.pt_fd >= 0) close(v.pt_fd);
+    if (v.gt_fd >= 0) close(v.gt_fd);
+    write_stats(i, v);
+  }
+  qemu_plugin_outs("ktpt: trace written\n");
+}
+
+void poll_trigger() {
+  while (!g_stop_poller.load()) {
+    g_enabled.store(access(g_config.trigger.c_str(), F_OK) == 0, std::memory_order_relaxed);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+bool parse_args(int argc, char** argv, std::string& error) {
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const size_t eq = arg.find('=');
+    const std::string key = arg.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : arg.substr(eq + 1);
+    if (key == "out") {
+      g_config.out_dir = value;
+    } else if (key == "gt") {
+      g_config.ground_truth = value == "on" || value == "true" || value == "1";
+    } else if (key == "trigger") {
+      g_config.trigger = value;
+    } else if (key == "psb" || key == "defer") {
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(value.c_str(), &end, 0);
+      if (value.empty() || *end != '\0' || n < 64 || n > (1ull << 32)) {
+        error = "bad " + key + "=" + value;
+        return false;
+      }
+      if (key == "psb") g_config.options.psb_interval = static_cast<uint32_t>(n);
+      else g_config.options.deferred_limit = static_cast<size_t>(n);
+    } else {
+      error = "unknown argument " + arg + " (out=DIR, gt=on, psb=BYTES, trigger=PATH, defer=BYTES)";
+      return false;
+    }
+  }
+  if (g_config.out_dir.empty()) {
+    error = "out=DIR is required";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+extern "C" QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t* info, int argc,
+                                                      char** argv) {
+  std::string error;
+  if (!info->system_emulation || std::strcmp(info->target_name, "x86_64") != 0) {
+    qemu_plugin_outs("ktpt: needs qemu-system-x86_64\n");
+    return -1;
+  }
+  if (!parse_args(argc, argv, error)) {
+    qemu_plugin_outs(("ktpt: " + error + "\n").c_str());
+    return -1;
+  }
+  if (mkdir(g_config.out_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    qemu_plugin_outs(("ktpt: cannot create " + g_config.out_dir + ": " + std::strerror(errno) + "\n").c_str());
+    return -1;
+  }
+  const int max_vcpus = info->system.max_vcpus > 0 ? info->system.max_vcpus : 1;
+  g_vcpus = std::vector<Vcpu>(static_cast<size_t>(max_vcpus));
+  if (!g_config.trigger.empty()) {
+    g_enabled.store(access(g_config.trigger.c_str(), F_OK) == 0);
+    g_poller = new std::thread(poll_trigger);
+  }
+  qemu_plugin_register_vcpu_tb_trans_cb(id, tb_translate);
+  qemu_plugin_register_vcpu_idle_cb(id, vcpu_idle);
+  qemu_plugin_register_atexit_cb(id, at_exit, nullptr);
+  return 0;
+}

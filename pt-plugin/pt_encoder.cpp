@@ -1,0 +1,396 @@
+#include "pt_encoder.h"
+
+#include <intel-pt.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+namespace ktpt {
+namespace {
+
+constexpr size_t kEntrySlots = 1024;       // power of two
+constexpr size_t kMaxEntries = kEntrySlots / 2;
+constexpr uint32_t kTnt64Bits = 47;
+
+bool fits_sext48(uint64_t ip) {
+  return static_cast<uint64_t>(static_cast<int64_t>(ip << 16) >> 16) == ip;
+}
+
+size_t entry_slot(uint64_t address) {
+  return static_cast<size_t>((address * 0x9e3779b97f4a7c15ull) >> 54) & (kEntrySlots - 1);
+}
+
+// A frame's interrupted block `p` resumes at `resume`: was that after the
+// block's last instruction (true), or inside it (false)?  Callers check
+// accepts() first.
+bool resumes_after(const Block& p, uint64_t resume) {
+  switch (p.end) {
+    case EndKind::Fallthrough:
+    case EndKind::Halt:
+    case EndKind::SoftInt:
+      return resume == p.next;
+    case EndKind::Cond:
+      return resume == p.next || resume == p.target;
+    case EndKind::DirectJmp:
+    case EndKind::DirectCall:
+      return resume == p.target;
+    case EndKind::Rep:
+      return resume == p.next;  // resuming at the REP itself is "inside": FUP at it
+    case EndKind::Indirect:
+    case EndKind::Return:
+    case EndKind::Iret:
+    case EndKind::ToUser:
+      return !p.contains_insn(resume);
+  }
+  return false;
+}
+
+bool accepts(const Block& p, uint64_t resume) {
+  return p.contains_insn(resume) || resumes_after(p, resume);
+}
+
+// Accepts `resume` for a reason other than "an indirect branch may go anywhere".
+bool accepts_exactly(const Block& p, uint64_t resume) {
+  switch (p.end) {
+    case EndKind::Indirect:
+    case EndKind::Return:
+    case EndKind::Iret:
+    case EndKind::ToUser:
+      return p.contains_insn(resume);
+    default:
+      return accepts(p, resume);
+  }
+}
+
+}  // namespace
+
+bool is_kernel_address(uint64_t address) { return address >= 0xffff800000000000ull; }
+
+bool Block::contains_insn(uint64_t address) const {
+  if (address < start || address > last) return false;
+  const uint64_t offset = address - start;
+  return std::binary_search(insn_offsets.begin(), insn_offsets.end(), static_cast<uint16_t>(offset)) &&
+         offset <= 0xffff;
+}
+
+VcpuEncoder::VcpuEncoder(const EncoderOptions& options, ClockFn clock, void* clock_context)
+    : options_(options), clock_(clock), clock_context_(clock_context), entries_(kEntrySlots, 0) {
+  pt_config config;
+  pt_config_init(&config);
+  config.begin = scratch_;
+  config.end = scratch_ + sizeof scratch_;
+  encoder_ = pt_alloc_encoder(&config);
+  if (!encoder_) throw std::runtime_error("pt_alloc_encoder failed");
+  out_.reserve(1u << 16);
+}
+
+VcpuEncoder::~VcpuEncoder() { pt_free_encoder(encoder_); }
+
+void VcpuEncoder::emit(const pt_packet& packet, std::vector<uint8_t>& to) {
+  pt_enc_sync_set(encoder_, 0);
+  const int size = pt_enc_next(encoder_, &packet);
+  if (size <= 0) {  // a bug in this file, not in the guest: count it, never crash QEMU
+    ++stats_.encode_errors;
+    return;
+  }
+  to.insert(to.end(), scratch_, scratch_ + size);
+  since_psb_ += static_cast<uint64_t>(size);
+}
+
+// IP compression against the decoder's last IP is only used in the final
+// stream with no frames open: packets inserted later in front of deferred ones
+// would change the last IP the deferred packets were compressed against.
+void VcpuEncoder::emit_ip(int type, uint64_t ip, std::vector<uint8_t>& to, bool compress) {
+  pt_packet packet;
+  std::memset(&packet, 0, sizeof packet);
+  packet.type = static_cast<pt_packet_type>(type);
+  packet.payload.ip.ip = ip;
+  const bool tracked = compress && &to == &out_ && frames_.empty();
+  if (tracked && last_ip_valid_ && (ip >> 16) == (last_ip_ >> 16)) {
+    packet.payload.ip.ipc = pt_ipc_update_16;
+  } else if (tracked && last_ip_valid_ && (ip >> 32) == (last_ip_ >> 32)) {
+    packet.payload.ip.ipc = pt_ipc_update_32;
+  } else {
+    packet.payload.ip.ipc = fits_sext48(ip) ? pt_ipc_sext_48 : pt_ipc_full;
+  }
+  emit(packet, to);
+  if (tracked) {
+    last_ip_ = ip;
+    last_ip_valid_ = true;
+  }
+}
+
+void VcpuEncoder::emit_tip(uint64_t ip) {
+  flush_tnt();
+  emit_ip(ppt_tip, ip, sink(), true);
+}
+
+// Leaving traced code for user mode: the target is not traced, so no IP.
+void VcpuEncoder::emit_pgd() {
+  flush_tnt();
+  pt_packet packet;
+  std::memset(&packet, 0, sizeof packet);
+  packet.type = ppt_tip_pgd;
+  packet.payload.ip.ipc = pt_ipc_suppressed;
+  emit(packet, sink());
+  ++stats_.disables;
+}
+
+void VcpuEncoder::emit_tnt_bit(bool taken) {
+  tnt_bits_ = (tnt_bits_ << 1) | (taken ? 1u : 0u);
+  if (++tnt_count_ == kTnt64Bits) flush_tnt();
+}
+
+void VcpuEncoder::flush_tnt() {
+  if (tnt_count_ == 0) return;
+  pt_packet packet;
+  std::memset(&packet, 0, sizeof packet);
+  packet.type = tnt_count_ <= 6 ? ppt_tnt_8 : ppt_tnt_64;
+  packet.payload.tnt.bit_size = static_cast<uint8_t>(tnt_count_);
+  packet.payload.tnt.payload = tnt_bits_;
+  tnt_bits_ = 0;
+  tnt_count_ = 0;
+  emit(packet, sink());
+}
+
+void VcpuEncoder::emit_psb(bool with_fup, uint64_t ip) {
+  flush_tnt();
+  std::vector<uint8_t>& to = sink();
+  pt_packet packet;
+  std::memset(&packet, 0, sizeof packet);
+  packet.type = ppt_psb;
+  emit(packet, to);
+  std::memset(&packet, 0, sizeof packet);
+  packet.type = ppt_mode;
+  packet.payload.mode.leaf = pt_mol_exec;
+  packet.payload.mode.bits.exec.csl = 1;
+  emit(packet, to);
+  std::memset(&packet, 0, sizeof packet);
+  packet.type = ppt_tsc;
+  packet.payload.tsc.tsc = clock_(clock_context_);
+  emit(packet, to);
+  last_ip_valid_ = false;  // PSB resets the decoder's last IP
+  if (with_fup) emit_ip(ppt_fup, ip, to, true);
+  std::memset(&packet, 0, sizeof packet);
+  packet.type = ppt_psbend;
+  emit(packet, to);
+  since_psb_ = 0;
+  ++stats_.psbs;
+}
+
+void VcpuEncoder::learn_entry(uint64_t address) {
+  if (entry_count_ >= kMaxEntries) return;
+  for (size_t slot = entry_slot(address);; slot = (slot + 1) & (kEntrySlots - 1)) {
+    if (entries_[slot] == address) return;
+    if (entries_[slot] == 0) {
+      entries_[slot] = address;
+      ++entry_count_;
+      return;
+    }
+  }
+}
+
+bool VcpuEncoder::is_entry(uint64_t address) const {
+  for (size_t slot = entry_slot(address);; slot = (slot + 1) & (kEntrySlots - 1)) {
+    if (entries_[slot] == address) return true;
+    if (entries_[slot] == 0) return false;
+  }
+}
+
+void VcpuEncoder::open_frame(const Block* interrupted, uint64_t handler, bool chained) {
+  flush_tnt();
+  learn_entry(handler);
+  ++stats_.events;
+  frames_.push_back(Frame{interrupted, handler, deferred_.size(), chained});
+}
+
+void VcpuEncoder::close_frame(size_t index, std::vector<uint8_t>&& prefix) {
+  const size_t offset = frames_[index].offset;
+  deferred_.insert(deferred_.begin() + static_cast<std::ptrdiff_t>(offset), prefix.begin(), prefix.end());
+  for (size_t j = index + 1; j < frames_.size(); ++j) frames_[j].offset += prefix.size();
+  frames_.erase(frames_.begin() + static_cast<std::ptrdiff_t>(index));
+  if (frames_.empty()) {
+    out_.insert(out_.end(), deferred_.begin(), deferred_.end());
+    deferred_.clear();
+    last_ip_valid_ = false;
+  }
+}
+
+// The frame a return to `resume` ends: the innermost one, as handlers nest;
+// else (a handler that slept and was switched out, while another context's
+// event is innermost) the innermost one whose block it fits exactly.
+long VcpuEncoder::find_frame(uint64_t resume) const {
+  if (frames_.empty()) return -1;
+  if (accepts(*frames_.back().interrupted, resume)) return static_cast<long>(frames_.size() - 1);
+  for (size_t k = frames_.size() - 1; k-- > 0;) {
+    if (accepts_exactly(*frames_[k].interrupted, resume)) return static_cast<long>(k);
+  }
+  return -1;
+}
+
+void VcpuEncoder::resolve_frame(size_t index, uint64_t resume) {
+  const Frame frame = frames_[index];
+  const Block& p = *frame.interrupted;
+  std::vector<uint8_t> prefix;
+  if (resumes_after(p, resume)) {
+    ++stats_.resolved_async;
+    pt_packet packet;
+    std::memset(&packet, 0, sizeof packet);
+    switch (p.end) {
+      case EndKind::Cond:
+        packet.type = ppt_tnt_8;
+        packet.payload.tnt.bit_size = 1;
+        packet.payload.tnt.payload = resume == p.target ? 1 : 0;
+        emit(packet, prefix);
+        break;
+      case EndKind::Indirect:
+      case EndKind::Return:
+      case EndKind::Iret:
+      case EndKind::ToUser:
+        emit_ip(ppt_tip, resume, prefix, false);
+        break;
+      default:
+        break;
+    }
+  } else {
+    ++stats_.resolved_fault;
+  }
+  emit_ip(ppt_fup, resume, prefix, false);
+  emit_ip(ppt_tip, frame.handler, prefix, false);
+  close_frame(index, std::move(prefix));
+}
+
+void VcpuEncoder::give_up_top() {
+  std::vector<uint8_t> prefix;
+  pt_packet packet;
+  std::memset(&packet, 0, sizeof packet);
+  packet.type = ppt_ovf;
+  emit(packet, prefix);
+  emit_ip(ppt_fup, frames_.back().handler, prefix, false);
+  ++stats_.overflows;
+  close_frame(frames_.size() - 1, std::move(prefix));
+}
+
+// The previous block was an IRET and `target` is the next kernel block.
+void VcpuEncoder::return_to(uint64_t target) {
+  flush_tnt();
+  long index = find_frame(target);
+  if (index < 0 && is_entry(target)) {
+    // An interrupt came right after the IRET, before its target ran: the
+    // IRET's own target is unknown until this handler returns.
+    open_frame(prev_, target, true);
+    return;
+  }
+  // No frame fits: an event the encoder did not see as one (after an indirect
+  // branch, into an entry not learnt yet).  The TIP alone decodes the same
+  // instructions.  Frames left open are given up at the side-buffer limit.
+  while (index >= 0) {
+    const bool chained = frames_[static_cast<size_t>(index)].chained;
+    resolve_frame(static_cast<size_t>(index), target);
+    // A chained frame's block was the IRET ending the frame just below it.
+    if (!chained || index == 0 || !accepts(*frames_[static_cast<size_t>(index - 1)].interrupted, target)) break;
+    --index;
+  }
+  emit_tip(target);
+}
+
+void VcpuEncoder::stop() {
+  flush_tnt();
+  while (!frames_.empty()) give_up_top();
+  if (in_kernel_) emit_pgd();
+  in_kernel_ = false;
+  prev_ = nullptr;
+  came_from_user_ = false;
+}
+
+void VcpuEncoder::on_block(const Block& b) {
+  if (!b.kernel) {
+    if (in_kernel_) {
+      emit_pgd();
+      in_kernel_ = false;
+      prev_ = nullptr;
+    }
+    came_from_user_ = true;
+    return;
+  }
+  ++stats_.kernel_blocks;
+  const bool rep_repeat = in_kernel_ && prev_->end == EndKind::Rep && b.start == prev_->last;
+  if (!rep_repeat) stats_.kernel_insns += b.n_insns;
+  if (!frames_.empty() && (deferred_.size() > options_.deferred_limit || frames_.size() > options_.max_frames)) {
+    flush_tnt();
+    while (!frames_.empty()) give_up_top();
+  }
+  if (!started_) {
+    emit_psb(false, 0);  // tracing on, packet generation off: no FUP
+    started_ = true;
+  }
+  if (!in_kernel_) {
+    if (came_from_user_) learn_entry(b.start);
+    came_from_user_ = false;
+    flush_tnt();
+    emit_ip(ppt_tip_pge, b.start, sink(), true);
+    ++stats_.enables;
+    in_kernel_ = true;
+    prev_ = &b;
+    return;
+  }
+  const Block& p = *prev_;
+  const bool truncated = b.start != p.start && p.contains_insn(b.start);
+  switch (p.end) {
+    case EndKind::Fallthrough:
+      if (b.start != p.next && !truncated) open_frame(&p, b.start, false);
+      break;
+    case EndKind::Cond:
+      if (b.start == p.target) {
+        emit_tnt_bit(true);
+      } else if (b.start == p.next) {
+        emit_tnt_bit(false);
+      } else if (!truncated) {
+        open_frame(&p, b.start, false);
+      }
+      break;
+    case EndKind::DirectJmp:
+    case EndKind::DirectCall:
+      if (b.start != p.target && !truncated) open_frame(&p, b.start, false);
+      break;
+    case EndKind::Indirect:
+    case EndKind::Return:
+      if (truncated) break;
+      if (is_entry(b.start)) {
+        open_frame(&p, b.start, false);
+      } else {
+        emit_tip(b.start);
+      }
+      break;
+    case EndKind::Iret:
+      if (!truncated) return_to(b.start);
+      break;
+    case EndKind::ToUser:
+      if (!truncated) emit_tip(b.start);
+      break;
+    case EndKind::SoftInt:
+      if (truncated) break;
+      flush_tnt();
+      learn_entry(b.start);
+      ++stats_.events;
+      emit_ip(ppt_fup, p.last, sink(), true);
+      emit_ip(ppt_tip, b.start, sink(), true);
+      break;
+    case EndKind::Halt:
+      if (b.start == p.next || truncated) break;
+      flush_tnt();
+      learn_entry(b.start);
+      ++stats_.events;
+      emit_ip(ppt_fup, p.next, sink(), true);
+      emit_ip(ppt_tip, b.start, sink(), true);
+      break;
+    case EndKind::Rep:
+      if (b.start != p.last && b.start != p.next && !truncated) open_frame(&p, b.start, false);
+      break;
+  }
+  prev_ = &b;
+  if (frames_.empty() && since_psb_ >= options_.psb_interval) emit_psb(true, b.start);
+}
+
+}  // namespace ktpt

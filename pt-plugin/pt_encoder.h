@@ -1,0 +1,160 @@
+// The per-vCPU software Intel PT encoder, independent of QEMU.
+//
+// The plugin (plugin.cpp) feeds it the blocks a vCPU executes, in order; unit
+// tests feed it hand-made sequences.  It writes real PT packets (libipt's
+// encoder) for kernel-only tracing with return compression off:
+//   TNT for conditional branches, TIP for indirect branches / returns / IRET,
+//   FUP+TIP for interrupts, exceptions and software interrupts,
+//   TIP.PGE entering the kernel from user mode, TIP.PGD leaving it,
+//   PSB+ (PSB, MODE.Exec 64-bit, TSC, FUP, PSBEND) every psb_interval bytes,
+//   OVF when the encoder cannot tell what happened (see "Deferral").
+//
+// Deferral.  QEMU delivers interrupts between blocks and faults inside them,
+// and the plugin sees neither: it only sees that the next block is not where
+// the previous one led.  Where the previous block would have gone (the TNT
+// bit or TIP of its last branch) and whether it completed (a fault leaves it
+// part-way) is only learnt when the handler returns: the IRET's target is the
+// interrupted IP.  So from an unexplained discontinuity on, packets go into a
+// per-vCPU side buffer ("frame"), frames nest like the handlers, and the
+// matching IRET resolves the frame: the missing packets are inserted in front
+// of the handler's.  A handler that sleeps (a page fault waiting for a page)
+// lets other contexts run and open frames of their own, so an IRET may also
+// resolve a frame below the innermost one when only that frame's block fits.  A frame that cannot be resolved (its IRET goes elsewhere,
+// the side buffer fills up, tracing stops) becomes OVF + FUP(handler): the
+// tail of the interrupted block is lost, and counted.
+#ifndef KTHOST_PT_ENCODER_H
+#define KTHOST_PT_ENCODER_H
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+struct pt_encoder;
+struct pt_packet;
+
+namespace ktpt {
+
+// How a block ends, from its last instruction (classify.h).
+enum class EndKind : uint8_t {
+  Fallthrough,  // no control transfer (block cut for size, page end, or after a mode change)
+  Cond,         // Jcc, LOOPcc, JrCXZ: target or next
+  DirectJmp,    // JMP rel: target
+  DirectCall,   // CALL rel: target
+  Indirect,     // JMP/CALL through a register or memory, far JMP/CALL
+  Return,       // RET, far RET
+  Iret,         // IRET*: kernel or user target
+  ToUser,       // SYSRET, SYSEXIT: always to user mode
+  SoftInt,      // INT n, INT3, INT1, INTO, UD0/1/2, SYSCALL/SYSENTER in kernel: traps at the instruction
+  Halt,         // HLT, MWAIT: resumes at next after an interrupt
+  Rep,          // a REP-prefixed string instruction: re-executes itself, then next
+};
+
+bool is_kernel_address(uint64_t address);
+
+// One translated block, built at translation time and shared by every execution.
+struct Block {
+  uint64_t start = 0;
+  uint64_t last = 0;    // address of the last instruction
+  uint64_t next = 0;    // address after the last instruction
+  uint64_t target = 0;  // branch target for Cond, DirectJmp, DirectCall
+  EndKind end = EndKind::Fallthrough;
+  bool kernel = false;
+  uint32_t n_insns = 0;
+  std::vector<uint16_t> insn_offsets;  // offset of each instruction from start
+
+  bool contains_insn(uint64_t address) const;
+};
+
+struct EncoderOptions {
+  uint32_t psb_interval = 4096;       // bytes of output between PSB+ headers
+  size_t deferred_limit = 4u << 20;   // side-buffer bytes before frames are given up (OVF)
+  size_t max_frames = 64;             // nesting depth before frames are given up (OVF)
+};
+
+struct EncoderStats {
+  uint64_t kernel_blocks = 0;
+  uint64_t kernel_insns = 0;          // instructions of executed kernel blocks (REP once, faults counted whole)
+  uint64_t events = 0;                // discontinuities encoded as FUP+TIP
+  uint64_t resolved_async = 0;        // deferred frames resolved as "after the block"
+  uint64_t resolved_fault = 0;        // deferred frames resolved as "inside the block"
+  uint64_t overflows = 0;             // OVF packets written
+  uint64_t psbs = 0;
+  uint64_t enables = 0;               // TIP.PGE
+  uint64_t disables = 0;              // TIP.PGD
+  uint64_t encode_errors = 0;         // packets libipt's encoder rejected (none expected)
+};
+
+using ClockFn = uint64_t (*)(void* context);
+
+class VcpuEncoder {
+ public:
+  VcpuEncoder(const EncoderOptions& options, ClockFn clock, void* clock_context);
+  ~VcpuEncoder();
+  VcpuEncoder(const VcpuEncoder&) = delete;
+  VcpuEncoder& operator=(const VcpuEncoder&) = delete;
+
+  // The vCPU is about to execute `block` (kernel or user).  The block object
+  // must outlive the next call.
+  void on_block(const Block& block);
+
+  // Tracing stops here: pending TNT bits are written, open frames become OVF.
+  // Calling on_block again later re-enables with TIP.PGE.
+  void stop();
+
+  // Finished packets.  The caller writes them out and clears the vector.
+  std::vector<uint8_t>& output() { return out_; }
+  const EncoderStats& stats() const { return stats_; }
+  size_t open_frames() const { return frames_.size(); }
+  bool in_kernel() const { return in_kernel_; }
+
+ private:
+  struct Frame {
+    const Block* interrupted;  // the block the event hit (during or after it)
+    uint64_t handler;          // first block of the handler
+    size_t offset;             // where the handler's packets start in deferred_
+    bool chained;              // interrupted is the IRET that ends the frame below
+  };
+
+  std::vector<uint8_t>& sink() { return frames_.empty() ? out_ : deferred_; }
+  void emit(const ::pt_packet& packet, std::vector<uint8_t>& to);
+  void emit_ip(int type, uint64_t ip, std::vector<uint8_t>& to, bool compress);
+  void emit_tip(uint64_t ip);
+  void emit_pgd();
+  void emit_tnt_bit(bool taken);
+  void flush_tnt();
+  void emit_psb(bool with_fup, uint64_t ip);
+  void open_frame(const Block* interrupted, uint64_t handler, bool chained);
+  long find_frame(uint64_t resume) const;
+  void resolve_frame(size_t index, uint64_t resume);
+  void give_up_top();
+  void close_frame(size_t index, std::vector<uint8_t>&& prefix);
+  void return_to(uint64_t target);
+  void learn_entry(uint64_t address);
+  bool is_entry(uint64_t address) const;
+
+  EncoderOptions options_;
+  ClockFn clock_;
+  void* clock_context_;
+  pt_encoder* encoder_ = nullptr;
+  uint8_t scratch_[64] = {};
+
+  std::vector<uint8_t> out_;
+  std::vector<uint8_t> deferred_;
+  std::vector<Frame> frames_;
+  const Block* prev_ = nullptr;  // last kernel block, null when not in the kernel
+  bool started_ = false;         // a PSB+ has been written
+  bool in_kernel_ = false;
+  bool came_from_user_ = false;  // user code ran since the last kernel block
+  uint64_t since_psb_ = 0;       // bytes written to out_ since the last PSB
+  uint64_t last_ip_ = 0;         // decoder's last IP, valid when last_ip_valid_
+  bool last_ip_valid_ = false;
+  uint64_t tnt_bits_ = 0;
+  uint32_t tnt_count_ = 0;
+  std::vector<uint64_t> entries_;  // open-addressing set of learnt event entry points
+  size_t entry_count_ = 0;
+  EncoderStats stats_;
+};
+
+}  // namespace ktpt
+
+#endif

@@ -1,0 +1,349 @@
+// Golden tests for the software PT encoder (pt-plugin/pt_encoder.h): known
+// control-flow sequences go in, libipt's packet decoder reads what came out,
+// and the packets must equal the expected list exactly.
+#include <gtest/gtest.h>
+#include <intel-pt.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "classify.h"
+#include "pt_encoder.h"
+
+namespace {
+
+using ktpt::Block;
+using ktpt::EndKind;
+
+uint64_t fixed_clock(void*) { return 0x1234; }
+
+// A kernel block of `n` 2-byte instructions at `start`, ending as `end`.
+Block kblock(uint64_t start, uint32_t n, EndKind end, uint64_t target = 0) {
+  Block b;
+  b.start = start;
+  b.kernel = true;
+  b.n_insns = n;
+  for (uint32_t i = 0; i < n; ++i) b.insn_offsets.push_back(static_cast<uint16_t>(2 * i));
+  b.last = start + 2 * (n - 1);
+  b.next = b.last + 2;
+  b.end = end;
+  b.target = target;
+  return b;
+}
+
+std::string hex(uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%" PRIx64, v);
+  return buf;
+}
+
+// Every packet as text, with IPs decompressed against the last IP as a decoder would.
+std::vector<std::string> packets(std::vector<uint8_t> bytes) {
+  std::vector<std::string> result;
+  pt_config config;
+  pt_config_init(&config);
+  config.begin = bytes.data();
+  config.end = bytes.data() + bytes.size();
+  pt_packet_decoder* decoder = pt_pkt_alloc_decoder(&config);
+  EXPECT_NE(decoder, nullptr);
+  EXPECT_GE(pt_pkt_sync_set(decoder, 0), 0);
+  uint64_t last_ip = 0;
+  for (;;) {
+    pt_packet p;
+    const int status = pt_pkt_next(decoder, &p, sizeof p);
+    if (status == -pte_eos) break;
+    if (status < 0) {
+      result.push_back(std::string("error ") + pt_errstr(pt_errcode(status)));
+      break;
+    }
+    auto ip = [&](const char* name) {
+      switch (p.payload.ip.ipc) {
+        case pt_ipc_suppressed: return std::string(name);
+        case pt_ipc_update_16: last_ip = (last_ip & ~0xffffull) | p.payload.ip.ip; break;
+        case pt_ipc_update_32: last_ip = (last_ip & ~0xffffffffull) | p.payload.ip.ip; break;
+        case pt_ipc_sext_48:
+          last_ip = static_cast<uint64_t>(static_cast<int64_t>(p.payload.ip.ip << 16) >> 16);
+          break;
+        default: last_ip = p.payload.ip.ip; break;
+      }
+      return std::string(name) + " " + hex(last_ip);
+    };
+    switch (p.type) {
+      case ppt_psb: result.push_back("psb"); last_ip = 0; break;
+      case ppt_psbend: result.push_back("psbend"); break;
+      case ppt_mode:
+        result.push_back(p.payload.mode.leaf == pt_mol_exec && p.payload.mode.bits.exec.csl ? "mode.exec 64"
+                                                                                             : "mode ?");
+        break;
+      case ppt_tsc: result.push_back("tsc " + hex(p.payload.tsc.tsc)); break;
+      case ppt_ovf: result.push_back("ovf"); break;
+      case ppt_tnt_8:
+      case ppt_tnt_64: {
+        std::string bits = "tnt ";
+        for (int i = p.payload.tnt.bit_size - 1; i >= 0; --i) bits += (p.payload.tnt.payload >> i) & 1 ? '1' : '0';
+        result.push_back(bits);
+        break;
+      }
+      case ppt_tip: result.push_back(ip("tip")); break;
+      case ppt_fup: result.push_back(ip("fup")); break;
+      case ppt_tip_pge: result.push_back(ip("tip.pge")); break;
+      case ppt_tip_pgd: result.push_back(ip("tip.pgd")); break;
+      default: result.push_back("other"); break;
+    }
+  }
+  pt_pkt_free_decoder(decoder);
+  return result;
+}
+
+const std::vector<std::string> kHeader = {"psb", "mode.exec 64", "tsc 1234", "psbend"};
+
+std::vector<std::string> with_header(std::vector<std::string> body) {
+  std::vector<std::string> all = kHeader;
+  all.insert(all.end(), body.begin(), body.end());
+  return all;
+}
+
+struct Trace {
+  ktpt::EncoderOptions options;
+  ktpt::VcpuEncoder encoder;
+  std::deque<Block> blocks;  // stable addresses: the encoder keeps a pointer to the last block
+  Block user;
+  Trace(uint32_t psb = 1u << 30) : options(make(psb)), encoder(options, fixed_clock, nullptr) {}
+  static ktpt::EncoderOptions make(uint32_t psb) {
+    ktpt::EncoderOptions o;
+    o.psb_interval = psb;
+    return o;
+  }
+  void run(const Block& b) {
+    blocks.push_back(b);
+    encoder.on_block(blocks.back());
+  }
+  void from_user() { encoder.on_block(user); }
+  std::vector<std::string> finish() {
+    encoder.stop();
+    return packets(encoder.output());
+  }
+};
+
+constexpr uint64_t K = 0xffffffff81000000ull;
+
+TEST(PtEncoder, ConditionalIndirectAndUserTransitions) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x100, 3, EndKind::Cond, K + 0x200));  // taken
+  r.run(kblock(K + 0x200, 2, EndKind::Cond, K + 0x100));  // not taken
+  r.run(kblock(K + 0x204, 1, EndKind::DirectCall, K + 0x300));
+  r.run(kblock(K + 0x300, 4, EndKind::Return));
+  r.run(kblock(K + 0x206, 1, EndKind::Iret));
+  r.from_user();
+  EXPECT_EQ(r.finish(), with_header({"tip.pge ffffffff81000100", "tnt 10", "tip ffffffff81000206", "tip.pgd"}));
+}
+
+TEST(PtEncoder, InterruptAfterPlainBlockIsFupNextThenTip) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x100, 3, EndKind::Fallthrough));  // next = K+0x106
+  r.run(kblock(K + 0x900, 2, EndKind::Iret));         // handler
+  r.run(kblock(K + 0x106, 1, EndKind::Return));       // the iret's target: resolves the frame
+  r.from_user();
+  EXPECT_EQ(r.finish(), with_header({"tip.pge ffffffff81000100", "fup ffffffff81000106", "tip ffffffff81000900",
+                                     "tip ffffffff81000106", "tip.pgd"}));
+}
+
+TEST(PtEncoder, InterruptHidingAConditionalBranchIsResolvedByTheIret) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x100, 2, EndKind::Cond, K + 0x180));
+  r.run(kblock(K + 0x900, 2, EndKind::Cond, K + 0x950));  // handler: its own branch goes not-taken
+  r.run(kblock(K + 0x904, 1, EndKind::Iret));
+  r.run(kblock(K + 0x180, 1, EndKind::ToUser));  // the interrupted branch was taken
+  r.from_user();
+  EXPECT_EQ(r.finish(), with_header({"tip.pge ffffffff81000100", "tnt 1", "fup ffffffff81000180",
+                                     "tip ffffffff81000900", "tnt 0", "tip ffffffff81000180", "tip.pgd"}));
+}
+
+TEST(PtEncoder, FaultInsideABlockIsFupAtTheFaultingInstruction) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x100, 4, EndKind::Cond, K + 0x100));  // faults at its 3rd instruction, K+0x104
+  r.run(kblock(K + 0x900, 1, EndKind::Iret));
+  r.run(kblock(K + 0x104, 2, EndKind::Return));  // re-executes from the faulting instruction
+  r.from_user();
+  EXPECT_EQ(r.finish(), with_header({"tip.pge ffffffff81000100", "fup ffffffff81000104", "tip ffffffff81000900",
+                                     "tip ffffffff81000104", "tip.pgd"}));
+  EXPECT_EQ(r.encoder.stats().resolved_fault, 1u);
+}
+
+TEST(PtEncoder, NestedInterruptsResolveInsideOut) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x100, 2, EndKind::Cond, K + 0x180));  // interrupted, resumes not-taken at K+0x104
+  r.run(kblock(K + 0x900, 2, EndKind::Fallthrough));      // handler 1, interrupted after it
+  r.run(kblock(K + 0xa00, 1, EndKind::Iret));             // handler 2
+  r.run(kblock(K + 0x904, 1, EndKind::Iret));             // back in handler 1
+  r.run(kblock(K + 0x104, 1, EndKind::ToUser));
+  r.from_user();
+  EXPECT_EQ(r.finish(),
+            with_header({"tip.pge ffffffff81000100", "tnt 0", "fup ffffffff81000104", "tip ffffffff81000900",
+                         "fup ffffffff81000904", "tip ffffffff81000a00", "tip ffffffff81000904",
+                         "tip ffffffff81000104", "tip.pgd"}));
+}
+
+TEST(PtEncoder, SleepingHandlerIsResolvedOutOfOrder) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x100, 2, EndKind::Fallthrough));       // task A, faults/interrupted after: next K+0x104
+  r.run(kblock(K + 0x900, 1, EndKind::Return));            // A's handler sleeps: switch to task B
+  r.run(kblock(K + 0x500, 2, EndKind::Cond, K + 0x580));   // task B, interrupted after its branch
+  r.run(kblock(K + 0xa00, 1, EndKind::Return));            // B's handler sleeps: switch back to A
+  r.run(kblock(K + 0x600, 1, EndKind::Iret));              // A's handler returns (to A: not innermost)
+  r.run(kblock(K + 0x104, 1, EndKind::Return));            // A runs on, switches to B
+  r.run(kblock(K + 0x700, 1, EndKind::Iret));              // B's handler returns: the branch was taken
+  r.run(kblock(K + 0x580, 1, EndKind::ToUser));
+  r.from_user();
+  EXPECT_EQ(r.finish(),
+            with_header({"tip.pge ffffffff81000100", "fup ffffffff81000104", "tip ffffffff81000900",
+                         "tip ffffffff81000500", "tnt 1", "fup ffffffff81000580", "tip ffffffff81000a00",
+                         "tip ffffffff81000600", "tip ffffffff81000104", "tip ffffffff81000700",
+                         "tip ffffffff81000580", "tip.pgd"}));
+  EXPECT_EQ(r.encoder.stats().overflows, 0u);
+}
+
+TEST(PtEncoder, InterruptRightAfterIretIsChained) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x100, 2, EndKind::Fallthrough));  // next K+0x104
+  r.run(kblock(K + 0x900, 1, EndKind::Iret));         // handler 1 returns ...
+  r.run(kblock(K + 0x900, 1, EndKind::Iret));         // ... but handler 1 runs again before K+0x104
+  r.run(kblock(K + 0x104, 1, EndKind::ToUser));
+  r.from_user();
+  EXPECT_EQ(r.finish(), with_header({"tip.pge ffffffff81000100", "fup ffffffff81000104", "tip ffffffff81000900",
+                                     "tip ffffffff81000104", "fup ffffffff81000104", "tip ffffffff81000900",
+                                     "tip ffffffff81000104", "tip.pgd"}));
+}
+
+TEST(PtEncoder, InterruptAfterReturnIsRecognisedByALearntEntry) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x900, 1, EndKind::Iret));  // an interrupt from user: K+0x900 is an entry point
+  r.from_user();
+  r.run(kblock(K + 0x100, 1, EndKind::Return));  // syscall path; ret, then the interrupt
+  r.run(kblock(K + 0x900, 1, EndKind::Iret));
+  r.run(kblock(K + 0x400, 1, EndKind::ToUser));  // where the ret went
+  r.from_user();
+  EXPECT_EQ(r.finish(),
+            with_header({"tip.pge ffffffff81000900", "tip.pgd", "tip.pge ffffffff81000100", "tip ffffffff81000400",
+                         "fup ffffffff81000400", "tip ffffffff81000900", "tip ffffffff81000400", "tip.pgd"}));
+}
+
+TEST(PtEncoder, RepIterationsCollapseAndAnInterruptedRepIsFupAtIt) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x100, 2, EndKind::Rep));  // rep at K+0x102
+  r.run(kblock(K + 0x102, 1, EndKind::Rep));
+  r.run(kblock(K + 0x102, 1, EndKind::Rep));
+  r.run(kblock(K + 0x900, 1, EndKind::Iret));  // interrupt mid-rep
+  r.run(kblock(K + 0x102, 1, EndKind::Rep));
+  r.run(kblock(K + 0x104, 1, EndKind::ToUser));
+  r.from_user();
+  EXPECT_EQ(r.finish(), with_header({"tip.pge ffffffff81000100", "fup ffffffff81000102", "tip ffffffff81000900",
+                                     "tip ffffffff81000102", "tip.pgd"}));
+}
+
+TEST(PtEncoder, HaltAndSoftwareInterruptNeedNoDeferral) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x100, 1, EndKind::Halt));     // hlt at K+0x100; wakes into the handler
+  r.run(kblock(K + 0x900, 1, EndKind::Iret));
+  r.run(kblock(K + 0x102, 1, EndKind::SoftInt));  // int3 at K+0x102
+  r.run(kblock(K + 0x800, 1, EndKind::Iret));
+  r.run(kblock(K + 0x110, 1, EndKind::ToUser));
+  r.from_user();
+  EXPECT_EQ(r.finish(), with_header({"tip.pge ffffffff81000100", "fup ffffffff81000102", "tip ffffffff81000900",
+                                     "tip ffffffff81000102", "fup ffffffff81000102", "tip ffffffff81000800",
+                                     "tip ffffffff81000110", "tip.pgd"}));
+}
+
+TEST(PtEncoder, UnresolvableFrameBecomesOverflow) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x100, 1, EndKind::Cond, K + 0x180));
+  r.run(kblock(K + 0x900, 1, EndKind::Iret));
+  r.run(kblock(K + 0x700, 1, EndKind::ToUser));  // neither the target nor next: unknown
+  r.from_user();
+  EXPECT_EQ(r.finish(), with_header({"tip.pge ffffffff81000100", "ovf", "fup ffffffff81000900",
+                                     "tip ffffffff81000700", "tip.pgd"}));
+  EXPECT_EQ(r.encoder.stats().overflows, 1u);
+}
+
+TEST(PtEncoder, PsbPlusAtTheIntervalAndTntPackingAndCompression) {
+  Trace r(16);
+  r.from_user();
+  for (int i = 0; i < 8; ++i) r.run(kblock(K + 0x100, 1, EndKind::Cond, K + 0x100));  // 7 taken, then out
+  r.run(kblock(K + 0x102, 1, EndKind::Indirect));
+  r.run(kblock(K + 0x1234, 1, EndKind::ToUser));
+  r.from_user();
+  // Eight bits do not fit a TNT-8 (six): one TNT-64.  TNT bits are written
+  // only when a non-TNT packet follows, so the PSB+ comes at the first block
+  // after the TIP, with FUP at that block.
+  const std::vector<std::string> got = r.finish();
+  EXPECT_EQ(got, with_header({"tip.pge ffffffff81000100", "tnt 11111110", "tip ffffffff81001234", "psb",
+                              "mode.exec 64", "tsc 1234", "fup ffffffff81001234", "psbend", "tip.pgd"}));
+  EXPECT_EQ(r.encoder.stats().psbs, 2u);
+}
+
+TEST(PtEncoder, TruncatedBlockContinuesWithoutPackets) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x100, 4, EndKind::Cond, K + 0x100));
+  r.run(kblock(K + 0x104, 2, EndKind::Cond, K + 0x100));  // QEMU restarted mid-block (self-modifying code)
+  r.run(kblock(K + 0x100, 1, EndKind::ToUser));
+  r.from_user();
+  EXPECT_EQ(r.finish(), with_header({"tip.pge ffffffff81000100", "tnt 1", "tip.pgd"}));
+}
+
+struct ClassCase {
+  std::vector<uint8_t> bytes;
+  EndKind kind;
+  uint64_t target;
+};
+
+TEST(PtClassify, LastInstructionKinds) {
+  const uint64_t at = 0xffffffff81000000ull;
+  const std::vector<ClassCase> cases = {
+      {{0x74, 0x10}, EndKind::Cond, at + 0x12},                               // je +0x10
+      {{0x0f, 0x85, 0x00, 0x01, 0x00, 0x00}, EndKind::Cond, at + 0x106},     // jne rel32
+      {{0xe2, 0xfe}, EndKind::Cond, at},                                      // loop self
+      {{0xe3, 0x05}, EndKind::Cond, at + 7},                                  // jrcxz
+      {{0xeb, 0x00}, EndKind::DirectJmp, at + 2},                             // jmp rel8
+      {{0xe8, 0x10, 0x00, 0x00, 0x00}, EndKind::DirectCall, at + 0x15},       // call rel32
+      {{0xff, 0xd0}, EndKind::Indirect, 0},                                   // call *rax
+      {{0xff, 0xe0}, EndKind::Indirect, 0},                                   // jmp *rax
+      {{0xc3}, EndKind::Return, 0},                                           // ret
+      {{0x48, 0xcf}, EndKind::Iret, 0},                                       // iretq
+      {{0x48, 0x0f, 0x07}, EndKind::ToUser, 0},                               // sysretq
+      {{0xcc}, EndKind::SoftInt, 0},                                          // int3
+      {{0x0f, 0x0b}, EndKind::SoftInt, 0},                                    // ud2
+      {{0xf4}, EndKind::Halt, 0},                                             // hlt
+      {{0xf3, 0xa4}, EndKind::Rep, 0},                                        // rep movsb
+      {{0xf3, 0x48, 0xab}, EndKind::Rep, 0},                                  // rep stosq
+      {{0xa4}, EndKind::Fallthrough, 0},                                      // movsb, no rep
+      {{0xf3, 0x90}, EndKind::Fallthrough, 0},                                // pause
+      {{0x48, 0x89, 0xc3}, EndKind::Fallthrough, 0},                          // mov rbx, rax
+  };
+  for (const ClassCase& c : cases) {
+    const ktpt::EndClass got = ktpt::classify_instruction(c.bytes.data(), c.bytes.size(), at);
+    EXPECT_TRUE(got.valid);
+    EXPECT_EQ(static_cast<int>(got.kind), static_cast<int>(c.kind)) << "bytes starting " << hex(c.bytes[0]);
+    if (c.target) {
+      EXPECT_EQ(got.target, c.target) << "bytes starting " << hex(c.bytes[0]);
+    }
+  }
+  EXPECT_TRUE(ktpt::is_rep_string(std::vector<uint8_t>{0xf3, 0xa4}.data(), 2));
+  EXPECT_FALSE(ktpt::is_rep_string(std::vector<uint8_t>{0xf3, 0x90}.data(), 2));
+}
+
+}  // namespace
