@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "target.h"
 #include "kthost/capture/text_saver.h"
 #include "kthost/common/io.h"
 #include "kthost/common/strings.h"
@@ -117,7 +118,7 @@ nlohmann::json summary_json(const EventLog& log, const SidebandDecoder& dec, con
 
 int run(const std::vector<std::string>& args) {
   Options opt;
-  opt.value("vm", "FILE", "VM description (vm.json)");
+  target_options(opt);
   opt.value("output", "DIR", "trace directory to create (-o)");
   opt.value("duration", "SECONDS", "stop after this long (default: until Ctrl-C or SIGTERM)");
   opt.value("backend", "NAME", "guest memory backend: auto (default), mmap, process");
@@ -127,31 +128,29 @@ int run(const std::vector<std::string>& args) {
   for (auto& s : a)
     if (s == "-o") s = "--output";
   if (auto exit_status = parse_command_line(opt, kName, a)) return *exit_status;
-  auto vm_path = opt.get("vm");
   auto out_dir = opt.get("output");
-  if (!vm_path || !out_dir) return fail(kName, Error(ErrorCode::InvalidArgument, "--vm FILE and -o DIR are required"));
+  if (!out_dir) return fail(kName, Error(ErrorCode::InvalidArgument, "-o DIR is required"));
   double duration = 0;
   if (auto d = opt.get("duration")) duration = std::atof(d->c_str());
   bool guard = !opt.has("no-guard");
-  auto vm = VmDescription::load(*vm_path);
-  if (!vm) return fail(kName, vm.error());
-  if (vm->channel.empty())
-    return fail(kName, Error(ErrorCode::Unsupported, "the VM has no org.kthost.0 channel (vm.json \"channel\")"));
   auto choice = parse_backend_choice(opt.get_or("backend", "auto"));
   if (!choice) return fail(kName, choice.error());
   if (*choice == BackendChoice::Monitor)
     return fail(kName, Error(ErrorCode::InvalidArgument, "--backend xp is too slow to answer guard holds"));
+  auto target = open_target(opt);
+  if (!target) return fail(kName, target.error());
+  const VmDescription& vm = target->vm;
+  if (vm.channel.empty())
+    return fail(kName, Error(ErrorCode::Unsupported, target->label + " has no org.kthost.0 channel"));
 
-  // Guest memory and the kernel's page tables; QMP is released afterwards.
+  // Guest memory and the kernel's page tables, from vCPU 0's CR3.
   std::unique_ptr<GuestMemory> memory;
   KernelLayout layout;
   {
-    auto qmp = QmpClient::connect(vm->qmp);
-    if (!qmp) return fail(kName, qmp.error());
-    auto m = open_guest_memory(*qmp, *vm, *choice);
+    auto m = open_guest_memory(*target->monitor, vm, *choice);
     if (!m) return fail(kName, m.error());
     memory = std::move(*m);
-    auto regs = read_registers(*qmp, 0);
+    auto regs = read_registers(*target->monitor, 0);
     if (!regs) return fail(kName, regs.error());
     auto l = discover_kernel_layout(*memory, *regs, GuestSymbols{});
     if (!l) return fail(kName, l.error());
@@ -168,7 +167,7 @@ int run(const std::vector<std::string>& args) {
   auto holds_file = LineFile::create(*out_dir + "/holds.jsonl");
   if (!holds_file) return fail(kName, holds_file.error());
 
-  auto channel = SidebandChannel::connect(vm->channel, std::chrono::seconds(10), guard);
+  auto channel = SidebandChannel::connect(vm.channel, std::chrono::seconds(10), guard);
   if (!channel) return fail(kName, channel.error());
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -180,7 +179,7 @@ int run(const std::vector<std::string>& args) {
   EventLog log;
   Totals totals;
   bool tty = ::isatty(2);
-  std::fprintf(stderr, "kthost trace: %s, memory %s, guard %s, writing %s\n", vm_path->c_str(),
+  std::fprintf(stderr, "kthost trace: %s, memory %s, guard %s, writing %s\n", target->label.c_str(),
                memory->backend_name().c_str(), guard ? "on" : "off (best effort)", out_dir->c_str());
   auto start = Clock::now(), last_flush = start;
   std::string end_reason = "duration";
