@@ -30,6 +30,7 @@
 #include "bpf_stress.h"
 #include "guard_reader.h"
 #include "kelf.h"
+#include "module_cycle.h"
 #include "xdp_cycle.h"
 
 #define MAX_KCORE_READ (64u << 20)
@@ -393,6 +394,7 @@ int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "guard-reader") == 0) return guard_reader(argc - 2, argv + 2);
   if (argc >= 2 && strcmp(argv[1], "xdp-cycle") == 0) return xdp_cycle(argc - 2, argv + 2);
   if (argc >= 2 && strcmp(argv[1], "bpf-stress") == 0) return bpf_stress(argc - 2, argv + 2);
+  if (argc >= 2 && strcmp(argv[1], "module-cycle") == 0) return module_cycle(argc - 2, argv + 2);
   fprintf(stderr,
           "usage: ktprobe kcore-read ADDR LEN [--raw]\n"
           "       ktprobe elf-section-size FILE SECTION\n"
@@ -401,6 +403,7 @@ int main(int argc, char **argv) {
           "       ktprobe sideband-count --seconds S\n"
           "       ktprobe guard-reader --seconds S [--no-ack] [--delay-ms MS] [--copy]\n"
           "       ktprobe xdp-cycle [--ifindex N] [--rounds N]\n"
-          "       ktprobe bpf-stress --count N --out FILE [--kinds LIST] [--batch K] [--seed S]\n");
+          "       ktprobe bpf-stress --count N --out FILE [--kinds LIST] [--batch K] [--seed S]\n"
+          "       ktprobe module-cycle --count N --module FILE --name NAME\n");
   return 2;
 }

@@ -14,7 +14,7 @@ namespace {
 
 const std::string kTree = std::string(KT_TEST_DATA_DIR) + "/intel_pt_sysfs";
 
-std::vector<VcpuThread> this_thread_as_vcpu0() { return {{0, static_cast<pid_t>(::gettid())}}; }
+std::vector<PtThread> this_thread_as_vcpu0() { return {{0, static_cast<pid_t>(::gettid())}}; }
 
 TEST(PtHardwareSource, SaysIntelPtIsAbsentOnThisMachine) {
   struct stat st {};

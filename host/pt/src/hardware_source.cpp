@@ -64,7 +64,7 @@ std::string open_hint(int err) {
 }  // namespace
 
 struct PtHardwareSource::Stream {
-  VcpuThread thread;
+  PtThread thread;
   std::string path;
   UniqueFd event;
   UniqueFd out;
@@ -91,7 +91,7 @@ Status write_out(int fd, const std::string& path, std::span<const uint8_t> bytes
 }
 
 Result<std::unique_ptr<PtHardwareSource::Stream>> open_stream(const perf_event_attr& attr, const PtConfig& config,
-                                                              const VcpuThread& thread, const std::string& out_dir,
+                                                              const PtThread& thread, const std::string& out_dir,
                                                               uint64_t page) {
   auto s = std::make_unique<PtHardwareSource::Stream>();
   s->thread = thread;
@@ -133,7 +133,7 @@ Result<std::unique_ptr<PtHardwareSource::Stream>> open_stream(const perf_event_a
 }  // namespace
 
 Result<std::unique_ptr<PtHardwareSource>> PtHardwareSource::open(const PtPmu& pmu, const PtConfig& config,
-                                                                 const std::vector<VcpuThread>& threads,
+                                                                 const std::vector<PtThread>& threads,
                                                                  const std::string& out_dir) {
   if (threads.empty()) return Error(ErrorCode::InvalidArgument, "no vCPU threads to trace");
   std::set<unsigned> seen;
@@ -155,7 +155,7 @@ Result<std::unique_ptr<PtHardwareSource>> PtHardwareSource::open(const PtPmu& pm
 }
 
 Result<std::unique_ptr<PtHardwareSource>> PtHardwareSource::open_system(const PtConfig& config,
-                                                                        const std::vector<VcpuThread>& threads,
+                                                                        const std::vector<PtThread>& threads,
                                                                         const std::string& out_dir,
                                                                         const std::string& pmu_dir) {
   KT_ASSIGN_OR_RETURN(PtPmu pmu, PtPmu::load(pmu_dir));

@@ -17,7 +17,7 @@
 
 namespace kt {
 
-struct VcpuThread {
+struct PtThread {
   unsigned vcpu = 0;  // index as QEMU numbers it (query-cpus-fast cpu-index)
   pid_t tid = 0;      // host thread id (query-cpus-fast thread-id)
 };
@@ -39,11 +39,11 @@ class PtHardwareSource {
   //   Unsupported      the kernel has no PMU of the given type (intel_pt absent)
   //   Io               perf_event_open/mmap/file errors, with errno, the tid and a hint
   static Result<std::unique_ptr<PtHardwareSource>> open(const PtPmu& pmu, const PtConfig& config,
-                                                        const std::vector<VcpuThread>& threads,
+                                                        const std::vector<PtThread>& threads,
                                                         const std::string& out_dir);
   // Loads the PMU from pmu_dir first; Unsupported "intel_pt PMU absent" where there is none.
   static Result<std::unique_ptr<PtHardwareSource>> open_system(const PtConfig& config,
-                                                               const std::vector<VcpuThread>& threads,
+                                                               const std::vector<PtThread>& threads,
                                                                const std::string& out_dir,
                                                                const std::string& pmu_dir = PtPmu::kDefaultDir);
 
