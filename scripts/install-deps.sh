@@ -6,7 +6,13 @@ PACKAGES="build-essential cmake pkg-config g++ clang-14 libfuzzer-14-dev libclan
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   libipt-dev libelf-dev libdw-dev libzydis-dev
   qemu-system-x86 qemu-utils busybox-static cpio gzip binutils
-  python3 procps coreutils apt-utils"
+  python3 procps coreutils apt-utils
+  libvirt-dev libxml2-dev libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-system libvirt-clients"
+# libvirt: libvirt-dev + libxml2-dev build host/libvirt; libvirt-daemon
+# (libvirtd, virtlogd), its QEMU driver, libvirt-daemon-system
+# (/etc/libvirt/qemu.conf) and libvirt-clients (virsh) run the test domain.
+# Without systemd, vm-images/libvirt/kthost-libvirt.sh start-daemon starts
+# the daemons by hand.
 missing=""
 for p in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "target.h"
 #include "kthost/common/strings.h"
 #include "kthost/sideband/channel.h"
 #include "kthost/sideband/event_log.h"
@@ -67,18 +68,17 @@ void print_summary(const EventLog& log, const SidebandDecoder& dec, bool json) {
 
 int run(const std::vector<std::string>& args) {
   Options opt;
-  opt.value("vm", "FILE", "VM description (vm.json)");
+  target_options(opt);
   opt.value("duration", "SECONDS", "stop after this long (default: until Ctrl-C)");
   opt.value("max-events", "N", "stop after N events");
   opt.flag("json", "print one JSON object per line");
   opt.flag("quiet", "print only the summary");
   if (auto exit_status = parse_command_line(opt, kName, args)) return *exit_status;
-  auto vm_path = opt.get("vm");
-  if (!vm_path) return fail(kName, Error(ErrorCode::InvalidArgument, "--vm FILE is required"));
-  auto vm = VmDescription::load(*vm_path);
-  if (!vm) return fail(kName, vm.error());
+  auto target = open_target(opt, TargetNeeds{.monitor = false});
+  if (!target) return fail(kName, target.error());
+  const VmDescription* vm = &target->vm;
   if (vm->channel.empty())
-    return fail(kName, Error(ErrorCode::Unsupported, "the VM has no org.kthost.0 channel (vm.json \"channel\")"));
+    return fail(kName, Error(ErrorCode::Unsupported, target->label + " has no org.kthost.0 channel"));
   double duration = 0;
   if (auto d = opt.get("duration")) duration = std::atof(d->c_str());
   uint64_t max_events = 0;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "target.h"
 #include "kthost/vm/guest_exec.h"
 #include "kthost/vm/vm_description.h"
 
@@ -23,21 +24,20 @@ Result<std::chrono::milliseconds> parse_timeout(const std::string& text) {
 
 int run_exec(const std::vector<std::string>& args) {
   Options opts;
-  opts.value("vm", "FILE", "VM description (vm.json written by ktvm start)");
+  target_options(opts);
   opts.value("timeout", "SECONDS", "kill the command in the guest after this long (default 60)");
   opts.flag("json", "print {status, output, truncated, timed_out, not_run} as JSON");
   opts.allow_rest("CMD...", "the command; its words are joined with spaces and run by /bin/sh -c");
   if (auto exit_status = parse_command_line(opts, "exec", args)) return *exit_status;
-  auto vm_path = opts.get("vm");
-  if (!vm_path) return fail("exec", Error(ErrorCode::InvalidArgument, "--vm FILE is required"));
   if (opts.rest().empty()) return fail("exec", Error(ErrorCode::InvalidArgument, "no command given after --"));
   auto timeout = parse_timeout(opts.get_or("timeout", "60"));
   if (!timeout) return fail("exec", timeout.error());
 
-  auto vm = VmDescription::load(*vm_path);
-  if (!vm) return fail("exec", vm.error());
+  auto target = open_target(opts, TargetNeeds{.monitor = false});
+  if (!target) return fail("exec", target.error());
+  const VmDescription* vm = &target->vm;
   if (vm->exec_channel.empty())
-    return fail("exec", Error(ErrorCode::Unsupported, *vm_path + " has no exec_channel"));
+    return fail("exec", Error(ErrorCode::Unsupported, target->label + " has no exec_channel (org.kthost.exec)"));
 
   std::string command;
   for (const auto& word : opts.rest()) command += (command.empty() ? "" : " ") + word;

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "command.h"
+#include "target.h"
 #include "kthost/common/io.h"
 #include "kthost/common/strings.h"
 #include "kthost/introspect/backends.h"
@@ -68,7 +69,7 @@ void print_layout(const KernelLayout& layout, const std::string& backend, const 
 
 int run(const std::vector<std::string>& args) {
   Options opt;
-  opt.value("vm", "FILE", "VM description written by the launcher (vm.json)");
+  target_options(opt);
   opt.value("output", "DIR", "where to write kcore, kallsyms, modules, layout.json (-o)");
   opt.value("backend", "NAME", "guest memory backend: auto (default), mmap, process, xp");
   opt.value("kallsyms", "FILE", "guest /proc/kallsyms text to use instead of asking the guest");
@@ -79,14 +80,12 @@ int run(const std::vector<std::string>& args) {
   for (auto& s : a)
     if (s == "-o") s = "--output";
   if (auto exit_status = parse_command_line(opt, kName, a)) return *exit_status;
-  auto vm_path = opt.get("vm");
-  if (!vm_path) return fail(kName, Error(ErrorCode::InvalidArgument, "--vm FILE is required"));
-  auto vm = VmDescription::load(*vm_path);
-  if (!vm) return fail(kName, vm.error());
   auto choice = parse_backend_choice(opt.get_or("backend", "auto"));
   if (!choice) return fail(kName, choice.error());
-  auto qmp = QmpClient::connect(vm->qmp);
-  if (!qmp) return fail(kName, qmp.error());
+  auto target = open_target(opt);
+  if (!target) return fail(kName, target.error());
+  const VmDescription* vm = &target->vm;
+  Monitor* qmp = target->monitor.get();
 
   std::string kallsyms, modules, source;
   GuestSymbols symbols;

@@ -1,18 +1,49 @@
 #include "target.h"
 
+#include <signal.h>
+
+#include <cerrno>
+#include <cstdio>
+
 #include "kthost/vm/qmp_client.h"
 
 namespace kt::cli {
 
-void target_options(Options& opt) { opt.value("vm", "FILE", "VM description written by the launcher (vm.json)"); }
+void target_options(Options& opt) {
+  opt.value("vm", "FILE", "VM description written by the launcher (vm.json)");
+  opt.value("domain", "NAME", "libvirt domain to work on (instead of --vm)");
+  opt.value("connect", "URI", "libvirt connection URI for --domain (default qemu:///system)");
+}
 
-Result<Target> open_target(const Options& opt) {
+Status Target::check_alive() const {
+  if (domain) return domain->check_alive();
+  if (vm.pid > 0 && ::kill(vm.pid, 0) != 0 && errno == ESRCH)
+    return Error(ErrorCode::NotPresent, "QEMU pid " + std::to_string(vm.pid) + " (" + label + ") has exited");
+  return ok_status();
+}
+
+Result<Target> open_target(const Options& opt, TargetNeeds needs) {
   auto vm_path = opt.get("vm");
-  if (!vm_path) return Error(ErrorCode::InvalidArgument, "--vm FILE is required");
+  auto domain_name = opt.get("domain");
+  if (vm_path && domain_name)
+    return Error(ErrorCode::InvalidArgument, "give either --vm FILE or --domain NAME, not both");
+  if (opt.get("connect") && !domain_name) return Error(ErrorCode::InvalidArgument, "--connect needs --domain NAME");
   Target t;
+  if (domain_name) {
+    KT_ASSIGN_OR_RETURN(LibvirtDomain d, LibvirtDomain::open(opt.get_or("connect", ""), *domain_name));
+    for (const auto& w : d.warnings()) std::fprintf(stderr, "kthost: warning: %s\n", w.c_str());
+    t.vm = d.description();
+    t.monitor = d.monitor();
+    t.label = "domain " + *domain_name;
+    t.domain = std::make_shared<LibvirtDomain>(std::move(d));
+    return t;
+  }
+  if (!vm_path) return Error(ErrorCode::InvalidArgument, "--vm FILE or --domain NAME is required");
   KT_ASSIGN_OR_RETURN(t.vm, VmDescription::load(*vm_path));
-  KT_ASSIGN_OR_RETURN(QmpClient qmp, QmpClient::connect(t.vm.qmp));
-  t.monitor = std::make_unique<QmpClient>(std::move(qmp));
+  if (needs.monitor) {
+    KT_ASSIGN_OR_RETURN(QmpClient qmp, QmpClient::connect(t.vm.qmp));
+    t.monitor = std::make_unique<QmpClient>(std::move(qmp));
+  }
   t.label = *vm_path;
   return t;
 }
