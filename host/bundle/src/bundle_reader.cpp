@@ -1,0 +1,164 @@
+// read_bundle: validates a bundle directory against its manifest.
+#include <fcntl.h>
+#include <intel-pt.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <nlohmann/json.hpp>
+
+#include "kthost/bundle/bundle.h"
+#include "kthost/common/io.h"
+#include "kthost/common/strings.h"
+#include "ktproto.h"
+
+namespace kt {
+namespace {
+
+Error bad(const std::string& file, uint64_t offset, const std::string& what) {
+  return Error(ErrorCode::InvalidInput, file + ": at offset " + std::to_string(offset) + ": " + what);
+}
+
+// Reads the committed prefix [0, size) of a listed file; counts what lies beyond.
+Result<std::vector<uint8_t>> read_prefix(const std::string& dir, const std::string& name, const BundleFileInfo& info,
+                                         uint64_t max, bool check_crc, uint64_t* ignored) {
+  std::string path = dir + "/" + name;
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return Error(ErrorCode::InvalidInput, name + ": listed in manifest.json but missing");
+    return io_error("open " + path, errno);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return io_error("stat " + path, errno);
+  uint64_t actual = static_cast<uint64_t>(st.st_size);
+  if (actual < info.size)
+    return bad(name, actual, "file ends here, but manifest.json says it has " + std::to_string(info.size) +
+                                 " bytes (truncated)");
+  if (info.size > max)
+    return Error(ErrorCode::LimitExceeded, name + ": " + std::to_string(info.size) + " bytes is over the limit");
+  *ignored += actual - info.size;
+  std::vector<uint8_t> data(info.size);
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::pread(fd.get(), data.data() + done, data.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return io_error("read " + path, errno);
+    if (n == 0) return bad(name, done, "file shrank while being read");
+    done += static_cast<size_t>(n);
+  }
+  if (check_crc && info.crc32c) {
+    uint32_t crc = ktp_crc32c(0, data.data(), data.size());
+    if (crc != *info.crc32c)
+      return bad(name, 0, "CRC-32C of bytes [0, " + std::to_string(info.size) + ") is " + hex(crc) +
+                              ", manifest.json says " + hex(*info.crc32c) + " (corrupt)");
+  }
+  return data;
+}
+
+// Walks every packet; the first one that does not decode is an error at its offset.
+Status check_pt(const std::string& name, std::vector<uint8_t>& pt) {
+  if (pt.empty()) return ok_status();
+  pt_config config;
+  pt_config_init(&config);
+  config.begin = pt.data();
+  config.end = pt.data() + pt.size();
+  pt_packet_decoder* dec = pt_pkt_alloc_decoder(&config);
+  if (!dec) return Error(ErrorCode::LimitExceeded, name + ": cannot allocate a packet decoder");
+  Status result;
+  int status = pt_pkt_sync_forward(dec);
+  if (status < 0) {
+    result = bad(name, 0, "no PSB in the stream (" + std::string(pt_errstr(pt_errcode(status))) + ")");
+  } else {
+    uint64_t first = 0;
+    pt_pkt_get_sync_offset(dec, &first);
+    if (first != 0) result = bad(name, 0, "the stream does not start with a PSB (first PSB at " +
+                                              std::to_string(first) + ")");
+    for (;;) {
+      if (!result) break;
+      pt_packet packet;
+      uint64_t offset = 0;
+      pt_pkt_get_offset(dec, &offset);
+      status = pt_pkt_next(dec, &packet, sizeof packet);
+      if (status == -pte_eos) break;
+      if (status < 0) {
+        result = bad(name, offset, std::string("bad PT packet: ") + pt_errstr(pt_errcode(status)));
+        break;
+      }
+    }
+  }
+  pt_pkt_free_decoder(dec);
+  return result;
+}
+
+std::string as_string(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+
+}  // namespace
+
+Result<Bundle> read_bundle(const std::string& dir, const BundleReadOptions& options) {
+  Bundle b;
+  b.dir = dir;
+  auto manifest_text = read_file(dir + "/manifest.json", kBundleMaxManifest);
+  if (!manifest_text) {
+    if (manifest_text.error().code == ErrorCode::Io && ::access((dir + "/manifest.json").c_str(), F_OK) != 0)
+      return Error(ErrorCode::InvalidInput, dir + " is not a bundle: it has no manifest.json");
+    return manifest_text.take_error();
+  }
+  KT_ASSIGN_OR_RETURN(b.manifest, parse_manifest(*manifest_text, dir + "/manifest.json"));
+  uint64_t pt_total = 0;
+  for (const auto& [name, info] : b.manifest.files) {
+    if (starts_with(name, "pt/")) pt_total += info.size;
+    if (pt_total > options.max_pt_bytes)
+      return Error(ErrorCode::LimitExceeded, dir + ": PT streams are over " + human_bytes(options.max_pt_bytes));
+    std::string label = dir + "/" + name;
+    if (name == "kcore") {
+      // Checked by whoever maps it (the decoder's image loader); only its size here.
+      struct stat st {};
+      if (::stat(label.c_str(), &st) != 0) return Error(ErrorCode::InvalidInput, label + ": listed but missing");
+      if (static_cast<uint64_t>(st.st_size) < info.size)
+        return bad(label, static_cast<uint64_t>(st.st_size), "kcore ends here, manifest.json says " +
+                                                                 std::to_string(info.size) + " bytes (truncated)");
+      b.kcore_path = label;
+      continue;
+    }
+    uint64_t ignored = 0;
+    auto data = read_prefix(dir, name, info, name == "text.kts" ? (uint64_t{32} << 30) : options.max_pt_bytes,
+                            options.check_crc, &ignored);
+    if (!data) {
+      Error e = data.take_error();
+      if (e.message.rfind(name, 0) == 0) e.message = dir + "/" + e.message;
+      return e;
+    }
+    b.ignored_bytes += ignored;
+    if (starts_with(name, "pt/")) {
+      std::string num = name.substr(6, name.size() - 6 - 3);
+      auto cpu = parse_u64(num, 10);
+      if (!cpu || name.size() < 10 || name.substr(name.size() - 3) != ".pt" || *cpu > 65535)
+        return Error(ErrorCode::InvalidInput, label + ": a PT file must be named pt/cpuN.pt");
+      if (options.check_pt_packets) KT_TRY(check_pt(label, *data));
+      b.pt[static_cast<uint32_t>(*cpu)] = std::move(*data);
+    } else if (name == "events.jsonl") {
+      KT_ASSIGN_OR_RETURN(b.events, parse_events_jsonl(as_string(*data), label));
+    } else if (name == "text.kts") {
+      auto text = parse_text_store(data->data(), data->size(), label);
+      if (!text) return text.take_error();
+      if (text->ignored_tail != 0)
+        return bad(label, text->valid_bytes, "a partial record inside the flushed part (corrupt)");
+      b.text = std::move(*text);
+    } else if (name == "kallsyms") {
+      b.kallsyms = as_string(*data);
+    } else if (name == "modules") {
+      b.modules = as_string(*data);
+    } else if (name == "losses.json") {
+      nlohmann::json j = nlohmann::json::parse(as_string(*data), nullptr, false);
+      if (j.is_discarded() || !j.is_object()) return bad(label, 0, "not a JSON object");
+      for (const auto& [k, v] : j.items()) {
+        if (!v.is_number_unsigned()) return bad(label, 0, "loss \"" + sanitize_name(k) + "\" is not a count");
+        b.losses[sanitize_name(k, 64)] = v.get<uint64_t>();
+      }
+    }
+  }
+  for (uint32_t cpu : b.manifest.cpus) b.pt.try_emplace(cpu);
+  return b;
+}
+
+}  // namespace kt

@@ -1,0 +1,121 @@
+// kthost report BUNDLE: decode a trace bundle and report per-function
+// instructions and calls, the call graph, folded stacks and a flame graph,
+// coverage, or the instruction trace of a time window.
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "command.h"
+#include "kthost/common/io.h"
+#include "kthost/common/strings.h"
+#include "kthost/decode/analysis.h"
+#include "kthost/decode/report.h"
+
+namespace kt::cli {
+namespace {
+
+const char* kName = "report";
+
+std::optional<uint64_t> number(const Options& opt, const std::string& name, Error* err) {
+  auto v = opt.get(name);
+  if (!v) return std::nullopt;
+  auto n = parse_u64(*v);
+  if (!n) *err = Error(ErrorCode::InvalidArgument, "--" + name + " wants a number, not \"" + *v + "\"");
+  return n;
+}
+
+int run(const std::vector<std::string>& args) {
+  Options opt;
+  opt.positional("BUNDLE", "trace bundle directory (docs/BUNDLE.md)");
+  opt.flag("json", "print the report as JSON");
+  opt.value("cpu", "N", "per-function table for one CPU (and --itrace: only this CPU)");
+  opt.value("top", "N", "functions in the table (default 25)");
+  opt.flag("callgraph", "add the call graph (caller -> callee counts)");
+  opt.value("folded", "FILE", "write folded stacks (flamegraph.pl input)");
+  opt.value("flamegraph", "FILE.svg", "write a flame graph SVG");
+  opt.flag("coverage", "add coverage: functions and blocks executed, by module");
+  opt.value("module", "M", "with --coverage: list the executed functions of module M");
+  opt.flag("itrace", "print the instruction trace of a time window (with --from/--to, PT time)");
+  opt.value("from", "T", "start of the --itrace window (PT time, default 0)");
+  opt.value("to", "T", "end of the --itrace window (PT time, default: the end)");
+  opt.value("vmlinux", "FILE", "vmlinux with debuginfo: source file:line for functions");
+  opt.value("threads", "N", "decoder threads (default: every core)");
+  opt.value("align-window", "T", "try text versions moved by T PT time units where a piece has errors (default 0)");
+  opt.flag("quiet", "no progress on stderr");
+  if (auto exit_status = parse_command_line(opt, kName, args)) return *exit_status;
+  Error err(ErrorCode::InvalidArgument, "");
+  auto cpu = number(opt, "cpu", &err);
+  auto top = number(opt, "top", &err);
+  auto from = number(opt, "from", &err);
+  auto to = number(opt, "to", &err);
+  auto threads = number(opt, "threads", &err);
+  auto window = number(opt, "align-window", &err);
+  if (!err.message.empty()) return fail(kName, err);
+
+  auto analysis = open_analysis(opt.positionals().at(0), opt.get_or("vmlinux", ""));
+  if (!analysis) return fail(kName, analysis.error());
+  const auto& pt = analysis->bundle.pt;
+  std::optional<uint32_t> cpu32;
+  if (cpu) cpu32 = static_cast<uint32_t>(*cpu);
+
+  if (opt.has("itrace")) {
+    auto lines = decode_trace(pt, *analysis->image, analysis->symbols, cpu32, from.value_or(0),
+                              to.value_or(UINT64_MAX));
+    if (!lines) return fail(kName, lines.error());
+    std::fputs(format_trace(*lines, analysis->symbols).c_str(), stdout);
+    return 0;
+  }
+
+  DecodeOptions dopt;
+  dopt.threads = static_cast<unsigned>(threads.value_or(0));
+  dopt.align_window = window.value_or(0);
+  bool progress = !opt.has("quiet") && ::isatty(2);
+  if (progress)
+    dopt.progress = [](uint64_t done, uint64_t total) {
+      std::fprintf(stderr, "\rkthost report: decoded %s of %s PT (%.0f%%)   ", human_bytes(done).c_str(),
+                   human_bytes(total).c_str(), total ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0);
+    };
+  // The per-CPU table is a view of an all-CPU decode.
+  auto profile = decode_profile(pt, *analysis->image, analysis->symbols, dopt);
+  if (progress) std::fprintf(stderr, "\n");
+  if (!profile) return fail(kName, profile.error());
+
+  ReportOptions ropt;
+  ropt.top = top.value_or(25);
+  ropt.cpu = cpu32;
+  ropt.callgraph = opt.has("callgraph");
+  ropt.coverage = opt.has("coverage") || opt.get("module").has_value();
+  ropt.coverage_module = opt.get_or("module", "");
+  if (auto f = opt.get("folded")) {
+    if (auto st = write_file_atomic(*f, folded_stacks(*profile, analysis->symbols)); !st) return fail(kName, st.error());
+  }
+  if (auto f = opt.get("flamegraph")) {
+    std::string title = "kthost: " + opt.positionals().at(0);
+    if (auto st = write_file_atomic(*f, flamegraph_svg(*profile, analysis->symbols, title)); !st)
+      return fail(kName, st.error());
+  }
+  if (opt.has("json")) {
+    std::fputs(format_report_json(*profile, analysis->symbols, ropt, analysis->bundle.losses).c_str(), stdout);
+  } else {
+    const auto& st = analysis->image->stats();
+    std::printf("bundle %s: %zu CPUs, %zu events, %zu text records; image %lu versions (%lu pokes, %lu unmapped)\n",
+                opt.positionals().at(0).c_str(), pt.size(), analysis->bundle.events.size(),
+                analysis->bundle.text.records.size(), static_cast<unsigned long>(st.versions),
+                static_cast<unsigned long>(st.pokes), static_cast<unsigned long>(st.pokes_unmapped));
+    if (!analysis->bundle.losses.empty()) {
+      std::string l;
+      for (const auto& [k, v] : analysis->bundle.losses) l += " " + k + "=" + std::to_string(v);
+      std::printf("losses:%s\n", l.c_str());
+    }
+    if (analysis->bundle.ignored_bytes)
+      std::printf("note: %lu bytes past the last flush ignored (the writer was cut short)\n",
+                  static_cast<unsigned long>(analysis->bundle.ignored_bytes));
+    std::fputs(format_report_text(*profile, analysis->symbols, ropt).c_str(), stdout);
+  }
+  return 0;
+}
+
+CommandRegistration reg({kName, "decode a trace bundle: functions, call graph, flame graph, coverage, itrace", run});
+
+}  // namespace
+}  // namespace kt::cli

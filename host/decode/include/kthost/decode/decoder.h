@@ -1,0 +1,105 @@
+// The decoder: per-CPU PT streams -> a profile.
+//
+// Each CPU's stream is split at its PSBs into pieces; the pieces are decoded
+// with libipt's block decoder on all cores (std::thread), each thread with its
+// own pt_image moved through time by an ImageCursor, and the results are
+// merged. Decode errors are classified and counted with their CPU, stream
+// offset, address and time; none is dropped silently.
+//
+// Around text changes the times of sideband and PT may disagree slightly.
+// When a piece has errors and a text change lies within `align_window` PT
+// time units of it, the piece is decoded again with every change moved
+// earlier and later by the window, and the candidate with the fewest errors
+// (then the most instructions) is kept.
+//
+// Call stacks restart at each piece (a PSB carries no stack): folded stacks
+// and the call graph see calls and returns within pieces.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kthost/common/result.h"
+#include "kthost/decode/image.h"
+#include "kthost/decode/symbolizer.h"
+
+namespace kt {
+
+struct Piece {
+  uint32_t cpu = 0;
+  uint64_t begin = 0, end = 0;  // byte offsets in the CPU's stream, begin at a PSB
+  uint64_t time = 0;            // the PSB+'s TSC (0 when it has none)
+};
+// Splits a stream at every PSB. Bytes before the first PSB are not a piece.
+std::vector<Piece> split_at_psb(uint32_t cpu, const std::vector<uint8_t>& pt);
+
+enum class DecodeErrorKind { NoText, Desync, Overflow, Other };
+const char* decode_error_kind_name(DecodeErrorKind k);
+
+struct DecodeErrorRecord {
+  DecodeErrorKind kind = DecodeErrorKind::Other;
+  uint32_t cpu = 0;
+  uint64_t offset = 0, ip = 0, time = 0;
+  std::string detail;  // libipt's error text
+};
+
+struct FunctionCounts {
+  uint64_t insns = 0, calls = 0;
+};
+
+struct Profile {
+  uint64_t insns = 0, blocks = 0, pieces = 0, bytes = 0;
+  std::map<uint32_t, uint64_t> cpu_insns;
+  std::map<uint32_t, FunctionCounts> functions;                   // function id -> totals
+  std::map<uint32_t, std::map<uint32_t, uint64_t>> cpu_functions;  // cpu -> function -> insns
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> edges;        // (caller, callee) -> calls
+  std::map<std::vector<uint32_t>, uint64_t> stacks;               // root..leaf -> insns
+  std::set<std::pair<uint32_t, uint64_t>> blocks_seen;            // (function, block start)
+  std::map<DecodeErrorKind, uint64_t> error_counts;
+  std::vector<DecodeErrorRecord> errors;  // the first max_error_examples, by CPU and offset
+  uint64_t alignment_retries = 0, alignment_fixed = 0, image_rebuilds = 0;
+  unsigned threads = 1;
+  double seconds = 0;
+};
+
+struct DecodeOptions {
+  unsigned threads = 0;                // 0: every core
+  std::optional<uint32_t> cpu;         // decode only this CPU
+  uint64_t align_window = 0;           // PT time units; 0: no candidate alignments
+  size_t max_error_examples = 50;
+  uint64_t chunk_bytes = 1u << 20;     // pieces are grouped into chunks of about this much PT
+  // Called from the calling thread about every 200 ms: (PT bytes done, total).
+  std::function<void(uint64_t, uint64_t)> progress;
+};
+
+// Errors: InvalidArgument (unknown CPU), LimitExceeded (libipt allocation).
+Result<Profile> decode_profile(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
+                               const Symbolizer& symbols, const DecodeOptions& options);
+
+// One line of an instruction trace (itrace): an instruction, or an event.
+struct TraceLine {
+  uint32_t cpu = 0;
+  uint64_t time = 0, ip = 0;
+  uint8_t size = 0;
+  uint8_t raw[15] = {};
+  std::string kind;  // "insn", "call", "return", "jump", "jcc", "far", or an event name
+  uint32_t function = 0;
+};
+// The instruction trace for PT time [from, to] (libipt's instruction decoder,
+// sequential). Stops after max_lines.
+Result<std::vector<TraceLine>> decode_trace(const std::map<uint32_t, std::vector<uint8_t>>& pt,
+                                            const VersionedImage& image, const Symbolizer& symbols,
+                                            std::optional<uint32_t> cpu, uint64_t from, uint64_t to,
+                                            size_t max_lines = 1000000);
+
+// The benchmark's baseline: libipt's instruction decoder over a whole stream,
+// one thread, the image as of time 0 moved forward by time. Returns instructions.
+Result<uint64_t> count_insns_baseline(const std::vector<uint8_t>& pt, const VersionedImage& image);
+
+}  // namespace kt

@@ -1,0 +1,147 @@
+// decode_profile: PSB pieces, chunks, threads, merge.
+#include "kthost/decode/decoder.h"
+
+#include <intel-pt.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "piece_decoder.h"
+
+namespace kt {
+
+const char* decode_error_kind_name(DecodeErrorKind k) {
+  switch (k) {
+    case DecodeErrorKind::NoText: return "no_text";
+    case DecodeErrorKind::Desync: return "desync";
+    case DecodeErrorKind::Overflow: return "overflow";
+    case DecodeErrorKind::Other: return "other";
+  }
+  return "other";
+}
+
+std::vector<Piece> split_at_psb(uint32_t cpu, const std::vector<uint8_t>& pt) {
+  std::vector<Piece> pieces;
+  if (pt.empty()) return pieces;
+  pt_config config;
+  pt_config_init(&config);
+  config.begin = const_cast<uint8_t*>(pt.data());
+  config.end = const_cast<uint8_t*>(pt.data()) + pt.size();
+  pt_packet_decoder* dec = pt_pkt_alloc_decoder(&config);
+  if (!dec) return pieces;
+  while (pt_pkt_sync_forward(dec) >= 0) {
+    uint64_t offset = 0;
+    pt_pkt_get_sync_offset(dec, &offset);
+    Piece p;
+    p.cpu = cpu;
+    p.begin = offset;
+    // The PSB+ header's TSC is the piece's start time.
+    for (int i = 0; i < 16; ++i) {
+      pt_packet packet;
+      if (pt_pkt_next(dec, &packet, sizeof packet) < 0) break;
+      if (packet.type == ppt_tsc) {
+        p.time = packet.payload.tsc.tsc;
+        break;
+      }
+      if (packet.type == ppt_psbend) break;
+    }
+    if (!pieces.empty()) pieces.back().end = offset;
+    pieces.push_back(p);
+  }
+  pt_pkt_free_decoder(dec);
+  if (!pieces.empty()) pieces.back().end = pt.size();
+  return pieces;
+}
+
+Result<Profile> decode_profile(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
+                               const Symbolizer& symbols, const DecodeOptions& options) {
+  auto started = std::chrono::steady_clock::now();
+  if (options.cpu && !pt.count(*options.cpu))
+    return Error(ErrorCode::InvalidArgument, "the bundle has no CPU " + std::to_string(*options.cpu));
+  // Chunks: runs of consecutive pieces of one CPU, so that a thread's image
+  // only moves forward in time inside a chunk.
+  std::vector<std::vector<Piece>> chunks;
+  uint64_t total_bytes = 0;
+  for (const auto& [cpu, data] : pt) {
+    if (options.cpu && cpu != *options.cpu) continue;
+    std::vector<Piece> chunk;
+    uint64_t chunk_size = 0;
+    for (const Piece& p : split_at_psb(cpu, data)) {
+      chunk.push_back(p);
+      chunk_size += p.end - p.begin;
+      total_bytes += p.end - p.begin;
+      if (chunk_size >= options.chunk_bytes) {
+        chunks.push_back(std::move(chunk));
+        chunk.clear();
+        chunk_size = 0;
+      }
+    }
+    if (!chunk.empty()) chunks.push_back(std::move(chunk));
+  }
+  std::stable_sort(chunks.begin(), chunks.end(),
+                   [](const auto& a, const auto& b) { return a.front().time < b.front().time; });
+  unsigned threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  threads = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(threads, chunks.size())));
+
+  std::atomic<size_t> next_chunk{0};
+  std::atomic<uint64_t> done_bytes{0};
+  std::vector<std::unique_ptr<PieceDecoder>> decoders;
+  std::vector<Status> results(threads);
+  for (unsigned i = 0; i < threads; ++i)
+    decoders.push_back(std::make_unique<PieceDecoder>(pt, image, symbols, options));
+  std::mutex m;
+  std::condition_variable cv;
+  unsigned finished = 0;
+  auto work = [&](unsigned t) {
+    for (;;) {
+      size_t c = next_chunk.fetch_add(1);
+      if (c >= chunks.size()) break;
+      for (const Piece& p : chunks[c]) {
+        auto st = decoders[t]->decode(p);
+        if (!st) {
+          results[t] = st;
+          next_chunk = chunks.size();
+          break;
+        }
+        done_bytes += p.end - p.begin;
+      }
+    }
+    std::lock_guard<std::mutex> g(m);
+    ++finished;
+    cv.notify_all();
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work, t);
+  if (options.progress) {
+    // The calling thread reports progress and leaves decoding to the pool
+    // plus one more worker, so that reports stay regular.
+    pool.emplace_back(work, 0);
+    std::unique_lock<std::mutex> lk(m);
+    while (finished < threads) {
+      cv.wait_for(lk, std::chrono::milliseconds(200));
+      options.progress(done_bytes.load(), total_bytes);
+    }
+  } else {
+    work(0);
+  }
+  for (auto& th : pool) th.join();
+  for (auto& st : results)
+    if (!st) return st.error();
+
+  Profile out;
+  out.threads = threads;
+  out.bytes = total_bytes;
+  for (const auto& d : decoders) d->merge_into(out);
+  std::sort(out.errors.begin(), out.errors.end(), [](const DecodeErrorRecord& a, const DecodeErrorRecord& b) {
+    return a.cpu != b.cpu ? a.cpu < b.cpu : a.offset < b.offset;
+  });
+  if (out.errors.size() > options.max_error_examples) out.errors.resize(options.max_error_examples);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return out;
+}
+
+}  // namespace kt

@@ -1,0 +1,133 @@
+// VersionedImage::from_bundle: which saved text stands for which time.
+#include <elf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "kthost/common/fd.h"
+#include "kthost/common/strings.h"
+#include "kthost/decode/image.h"
+
+namespace kt {
+namespace {
+
+Status pread_exact(int fd, void* out, size_t len, uint64_t off, const std::string& path) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = ::pread(fd, static_cast<char*>(out) + done, len - done, static_cast<off_t>(off + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return io_error("read " + path, errno);
+    if (n == 0)
+      return Error(ErrorCode::InvalidInput, path + ": at offset " + std::to_string(off + done) + ": file ends early");
+    done += static_cast<size_t>(n);
+  }
+  return ok_status();
+}
+
+// Every executable PT_LOAD of an ELF64 core (kthost snapshot's kcore).
+Status add_kcore(VersionedImage& image, const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return io_error("open " + path, errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return io_error("stat " + path, errno);
+  uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  Elf64_Ehdr eh{};
+  KT_TRY(pread_exact(fd.get(), &eh, sizeof eh, 0, path));
+  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64)
+    return Error(ErrorCode::InvalidInput, path + ": at offset 0: not an ELF64 file");
+  if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum > 4096 || eh.e_phoff > file_size)
+    return Error(ErrorCode::InvalidInput, path + ": at offset 32: bad program header table");
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph{};
+    uint64_t at = eh.e_phoff + uint64_t{i} * sizeof ph;
+    KT_TRY(pread_exact(fd.get(), &ph, sizeof ph, at, path));
+    if (ph.p_type != PT_LOAD || ph.p_filesz == 0) continue;
+    if (ph.p_offset > file_size || ph.p_filesz > file_size - ph.p_offset || ph.p_filesz > (uint64_t{1} << 32))
+      return Error(ErrorCode::InvalidInput, path + ": at offset " + std::to_string(at) + ": segment " +
+                                                std::to_string(i) + " lies outside the file");
+    std::vector<uint8_t> bytes(ph.p_filesz);
+    KT_TRY(pread_exact(fd.get(), bytes.data(), bytes.size(), ph.p_offset, path));
+    image.add_mapping(ph.p_vaddr, std::move(bytes), 0, kTimeForever, "kcore");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<VersionedImage>> VersionedImage::from_bundle(const Bundle& bundle) {
+  auto image = std::make_unique<VersionedImage>();
+  const BundleClock& clock = bundle.manifest.clock;
+  if (!bundle.kcore_path.empty()) KT_TRY(add_kcore(*image, bundle.kcore_path));
+
+  // Where text starts and stops, by address: register/load events begin a
+  // life, unregister/unload events and saved-before-free copies end it.
+  struct Mark {
+    uint64_t time;
+    bool begins;
+  };
+  std::map<uint64_t, std::vector<Mark>> marks;
+  for (const auto& e : bundle.events) {
+    uint64_t t = clock.to_pt(e.time);
+    switch (e.kind) {
+      case BundleEvent::Kind::KsymbolRegister:
+      case BundleEvent::Kind::ModuleLoad: marks[e.addr].push_back({t, true}); break;
+      case BundleEvent::Kind::KsymbolUnregister:
+      case BundleEvent::Kind::ModuleUnload: marks[e.addr].push_back({t, false}); break;
+      default: break;
+    }
+  }
+  for (const auto& r : bundle.text.records)
+    if (r.source == TextSource::Guard || r.source == TextSource::Unregister)
+      marks[r.start].push_back({clock.to_pt(r.time), false});
+  for (auto& [addr, list] : marks)
+    std::sort(list.begin(), list.end(), [](const Mark& a, const Mark& b) { return a.time < b.time; });
+  auto next_end = [&](uint64_t addr, uint64_t after) {
+    auto it = marks.find(addr);
+    if (it == marks.end()) return kTimeForever;
+    for (const auto& m : it->second)
+      if (!m.begins && m.time > after) return m.time;
+    return kTimeForever;
+  };
+  auto last_begin = [&](uint64_t addr, uint64_t before) {
+    uint64_t b = 0;
+    auto it = marks.find(addr);
+    if (it != marks.end())
+      for (const auto& m : it->second)
+        if (m.time < before && (m.begins || m.time > b)) b = m.time;
+    return b;
+  };
+
+  // Copies taken while the text was live come first; a copy saved before a
+  // free stands in only where none of them covers its start at that time.
+  struct Live {
+    uint64_t start, begin, end;
+  };
+  std::vector<Live> live;
+  for (const auto& r : bundle.text.records) {
+    if (r.source != TextSource::Snapshot && r.source != TextSource::Load) continue;
+    uint64_t begin = r.source == TextSource::Snapshot ? 0 : clock.to_pt(r.time);
+    uint64_t end = next_end(r.start, begin);
+    live.push_back({r.start, begin, end});
+    image->add_mapping(r.start, r.bytes, begin, end, r.source == TextSource::Snapshot ? "snapshot" : "load");
+  }
+  for (const auto& r : bundle.text.records) {
+    if (r.source != TextSource::Guard && r.source != TextSource::Unregister) continue;
+    uint64_t end = clock.to_pt(r.time);
+    bool covered = std::any_of(live.begin(), live.end(), [&](const Live& l) {
+      return l.start == r.start && l.begin < end && l.end >= end;
+    });
+    if (covered) continue;
+    image->add_mapping(r.start, r.bytes, last_begin(r.start, end), end,
+                       r.source == TextSource::Guard ? "guard" : "unregister");
+  }
+  for (const auto& e : bundle.events)
+    if (e.kind == BundleEvent::Kind::TextPoke) image->add_poke(e.addr, e.old_bytes, e.new_bytes, clock.to_pt(e.time));
+  KT_TRY(image->finalize());
+  return image;
+}
+
+}  // namespace kt

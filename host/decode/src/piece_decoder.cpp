@@ -1,0 +1,314 @@
+// PieceDecoder: the block decoder's inner loop and the profile it feeds.
+#include "piece_decoder.h"
+
+#include <intel-pt.h>
+
+#include <algorithm>
+
+namespace kt {
+
+uint8_t classify_x86(const uint8_t* p, size_t n) {
+  size_t i = 0;
+  while (i < n && i < 14) {
+    uint8_t b = p[i];
+    bool prefix = b == 0x66 || b == 0x67 || b == 0xF2 || b == 0xF3 || b == 0xF0 || b == 0x2E || b == 0x36 ||
+                  b == 0x3E || b == 0x26 || b == 0x64 || b == 0x65;
+    if (!prefix) break;
+    ++i;
+  }
+  if (i < n && (p[i] & 0xF0) == 0x40) ++i;  // REX
+  if (i >= n) return kClsOther;
+  uint8_t op = p[i];
+  if (op == 0xE8 || op == 0x9A) return kClsCall;
+  if (op == 0xC3 || op == 0xC2 || op == 0xCB || op == 0xCA || op == 0xCF) return kClsReturn;
+  if (op == 0xE9 || op == 0xEB || op == 0xEA) return kClsJump;
+  if ((op >= 0x70 && op <= 0x7F) || (op >= 0xE0 && op <= 0xE3)) return kClsCond;
+  if (op == 0xFF && i + 1 < n) {
+    unsigned reg = (p[i + 1] >> 3) & 7;
+    if (reg == 2 || reg == 3) return kClsCall;
+    if (reg == 4 || reg == 5) return kClsJump;
+  }
+  if (op == 0x0F && i + 1 < n) {
+    uint8_t op2 = p[i + 1];
+    if (op2 == 0x07 || op2 == 0x35) return kClsReturn;  // SYSRET, SYSEXIT
+    if (op2 >= 0x80 && op2 <= 0x8F) return kClsCond;
+  }
+  return kClsOther;
+}
+
+DecodeErrorKind classify_pt_error(int code) {
+  switch (pt_errcode(code)) {
+    case pte_nomap: return DecodeErrorKind::NoText;
+    case pte_bad_query:
+    case pte_bad_packet:
+    case pte_nosync:
+    case pte_bad_opc:
+    case pte_bad_context:
+    case pte_event_ignored:
+    case pte_noip:
+    case pte_bad_insn:
+    case pte_bad_retcomp:
+    case pte_bad_status_update: return DecodeErrorKind::Desync;
+    default: return DecodeErrorKind::Other;
+  }
+}
+
+void PieceScratch::reset() {
+  for (uint32_t f : fn_touched) fn_insns[f] = fn_calls[f] = 0;
+  fn_touched.clear();
+  for (uint32_t n : node_touched) node_insns[n] = 0;
+  node_touched.clear();
+  edges.clear();
+  new_blocks.clear();
+  errors.clear();
+  error_counts.clear();
+  insns = blocks = error_total = t_end = 0;
+}
+
+PieceDecoder::PieceDecoder(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
+                           const Symbolizer& symbols, const DecodeOptions& options)
+    : pt_(pt), image_(image), symbols_(symbols), options_(options), cursor_(image), cache_(1u << 16) {
+  nodes_.push_back({0, UINT32_MAX, 0});
+  for (PieceScratch* s : {&a_, &b_}) {
+    s->fn_insns.assign(symbols.size(), 0);
+    s->fn_calls.assign(symbols.size(), 0);
+    s->node_insns.assign(1, 0);
+  }
+  fn_insns_.assign(symbols.size(), 0);
+  fn_calls_.assign(symbols.size(), 0);
+  node_insns_.assign(1, 0);
+}
+
+uint32_t PieceDecoder::child(uint32_t parent, uint32_t fn) {
+  if (nodes_[parent].depth >= 256) parent = nodes_[parent].parent;  // bounded stacks: replace the top
+  uint64_t key = (uint64_t{parent} << 32) | fn;
+  auto [it, fresh] = children_.try_emplace(key, static_cast<uint32_t>(nodes_.size()));
+  if (fresh) {
+    nodes_.push_back({parent, fn, nodes_[parent].depth + 1});
+    for (PieceScratch* s : {&a_, &b_}) s->node_insns.push_back(0);
+    node_insns_.push_back(0);
+  }
+  return it->second;
+}
+
+const PieceDecoder::CacheEntry& PieceDecoder::lookup(uint64_t ip, uint64_t end_ip, int isid, int iclass,
+                                                     uint64_t time, PieceScratch& s) {
+  uint64_t h = (ip ^ (end_ip << 7) ^ (static_cast<uint64_t>(isid) * 0x9E3779B97F4A7C15ull)) * 0xff51afd7ed558ccdull;
+  CacheEntry& e = cache_[(h >> 40) & (cache_.size() - 1)];
+  if (e.ip == ip && e.end_ip == end_ip && e.isid == isid) return e;
+  e.ip = ip;
+  e.end_ip = end_ip;
+  e.isid = isid;
+  e.fn = symbols_.lookup(ip, time);
+  switch (iclass) {
+    case ptic_call:
+    case ptic_far_call: e.cls = kClsCall; break;
+    case ptic_return:
+    case ptic_far_return: e.cls = kClsReturn; break;
+    case ptic_jump:
+    case ptic_far_jump: e.cls = kClsJump; break;
+    case ptic_cond_jump: e.cls = kClsCond; break;
+    case ptic_other: e.cls = kClsOther; break;
+    default: {
+      uint8_t buf[15];
+      size_t n = 0;
+      int v = image_.version_of_isid(isid);
+      if (v >= 0) {
+        const auto& ver = image_.versions()[v];
+        if (end_ip >= ver.start && end_ip - ver.start < ver.size) {
+          n = std::min<uint64_t>(15, ver.size - (end_ip - ver.start));
+          std::copy_n(image_.data(ver) + (end_ip - ver.start), n, buf);
+        }
+      }
+      if (n == 0) n = image_.read(end_ip, time, buf, sizeof buf);
+      e.cls = classify_x86(buf, n);
+    }
+  }
+  s.new_blocks.emplace_back(e.fn, ip);
+  return e;
+}
+
+Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
+  const auto& data = pt_.at(piece.cpu);
+  pt_config config;
+  pt_config_init(&config);
+  config.begin = const_cast<uint8_t*>(data.data()) + piece.begin;
+  config.end = const_cast<uint8_t*>(data.data()) + piece.end;
+  config.flags.variant.block.end_on_call = 1;
+  config.flags.variant.block.end_on_jump = 1;
+  config.flags.variant.block.enable_tick_events = 1;
+  pt_block_decoder* dec = pt_blk_alloc_decoder(&config);
+  if (!dec) return Error(ErrorCode::LimitExceeded, "pt_blk_alloc_decoder failed");
+  if (auto st = cursor_.seek(piece.time, shift); !st) {
+    pt_blk_free_decoder(dec);
+    return st;
+  }
+  pt_blk_set_image(dec, cursor_.image());
+  uint64_t now = piece.time;
+  enum { kNone, kCall, kReturn, kPush } pending = kNone;
+  uint32_t cur = 0;
+  auto record = [&](DecodeErrorKind kind, int code, uint64_t ip) {
+    s.error_counts[kind]++;
+    if (kind != DecodeErrorKind::Overflow) s.error_total++;
+    if (s.errors.size() >= options_.max_error_examples) return;
+    uint64_t offset = 0;
+    pt_blk_get_offset(dec, &offset);
+    s.errors.push_back({kind, piece.cpu, piece.begin + offset, ip, now, code ? pt_errstr(pt_errcode(code)) : "overflow"});
+  };
+  auto update_time = [&](uint64_t t) {
+    if (t > now) now = t;
+    if (now >= cursor_.next_change()) cursor_.advance(now);
+  };
+  int status = pt_blk_sync_forward(dec);
+  while (status >= 0) {
+    while (status & pts_event_pending) {
+      pt_event ev;
+      status = pt_blk_event(dec, &ev, sizeof ev);
+      if (status < 0) break;
+      if (ev.has_tsc) update_time(ev.tsc);
+      switch (ev.type) {
+        case ptev_overflow:
+          record(DecodeErrorKind::Overflow, 0, ev.variant.overflow.ip);
+          cur = 0;
+          pending = kNone;
+          break;
+        case ptev_enabled:
+        case ptev_disabled:
+        case ptev_async_disabled:
+          cur = 0;
+          pending = kNone;
+          break;
+        case ptev_async_branch: pending = kPush; break;
+        default: break;
+      }
+    }
+    // Not stopping at pts_eos: the text after the last packet is decoded up
+    // to the next branch that needs trace (and a PGE into missing text is
+    // reported rather than skipped).
+    if (status < 0) break;
+    pt_block block{};
+    status = pt_blk_next(dec, &block, sizeof block);
+    if (block.ninsn > 0) {
+      const CacheEntry& e = lookup(block.ip, block.end_ip, block.isid, block.iclass, now, s);
+      uint32_t f = e.fn;
+      if (pending == kCall) {
+        uint32_t caller = nodes_[cur].fn == UINT32_MAX ? Symbolizer::kUnknown : nodes_[cur].fn;
+        s.edges[(uint64_t{caller} << 32) | f]++;
+        if (s.fn_insns[f] == 0 && s.fn_calls[f] == 0) s.fn_touched.push_back(f);
+        s.fn_calls[f]++;
+        cur = child(cur, f);
+      } else if (pending == kPush) {
+        cur = child(cur, f);
+      } else if (pending == kReturn && cur != 0) {
+        uint32_t p = nodes_[cur].parent;
+        cur = (p != 0 && nodes_[p].fn == f) ? p : child(p == 0 ? 0 : nodes_[p].parent, f);
+      } else if (nodes_[cur].fn != f) {
+        cur = child(nodes_[cur].parent, f);
+      }
+      if (s.fn_insns[f] == 0 && s.fn_calls[f] == 0) s.fn_touched.push_back(f);
+      s.fn_insns[f] += block.ninsn;
+      if (s.node_insns[cur] == 0) s.node_touched.push_back(cur);
+      s.node_insns[cur] += block.ninsn;
+      s.insns += block.ninsn;
+      s.blocks++;
+      pending = e.cls == kClsCall ? kCall : e.cls == kClsReturn ? kReturn : kNone;
+    }
+    if (status < 0) {
+      if (status == -pte_eos) break;
+      record(classify_pt_error(status), status, block.ninsn ? block.end_ip : block.ip);
+      cur = 0;
+      pending = kNone;
+      status = pt_blk_sync_forward(dec);  // the next PSB is the next piece's: this ends the piece
+      continue;
+    }
+    uint64_t tsc = 0;
+    uint32_t lost_mtc = 0, lost_cyc = 0;
+    if (pt_blk_time(dec, &tsc, &lost_mtc, &lost_cyc) >= 0) update_time(tsc);
+  }
+  s.t_end = now;
+  pt_blk_free_decoder(dec);
+  return ok_status();
+}
+
+Status PieceDecoder::decode(const Piece& piece) {
+  a_.reset();
+  KT_TRY(run(piece, 0, a_));
+  uint64_t w = options_.align_window;
+  if (a_.error_total > 0 && w > 0) {
+    // Is there a text change close enough to this piece to be misaligned?
+    const auto& order = image_.by_begin();
+    const auto& versions = image_.versions();
+    uint64_t lo = piece.time > w ? piece.time - w : 1, hi = a_.t_end + w;  // changes at 0 are the start
+    auto it = std::lower_bound(order.begin(), order.end(), lo,
+                               [&](uint32_t v, uint64_t t) { return versions[v].begin < t; });
+    if (it != order.end() && versions[*it].begin <= hi && versions[*it].begin != 0) {
+      total_.alignment_retries++;
+      bool fixed = false;
+      for (int64_t shift : {-static_cast<int64_t>(w), static_cast<int64_t>(w)}) {
+        b_.reset();
+        KT_TRY(run(piece, shift, b_));
+        if (b_.error_total < a_.error_total || (b_.error_total == a_.error_total && b_.insns > a_.insns)) {
+          std::swap(a_, b_);
+          fixed = a_.error_total == 0;
+        }
+      }
+      if (fixed) total_.alignment_fixed++;
+      b_.reset();
+    }
+  }
+  commit(piece.cpu, a_);
+  a_.reset();
+  return ok_status();
+}
+
+void PieceDecoder::commit(uint32_t cpu, PieceScratch& s) {
+  auto& per_cpu = cpu_fn_insns_[cpu];
+  if (per_cpu.empty()) per_cpu.assign(symbols_.size(), 0);
+  for (uint32_t f : s.fn_touched) {
+    fn_insns_[f] += s.fn_insns[f];
+    fn_calls_[f] += s.fn_calls[f];
+    per_cpu[f] += s.fn_insns[f];
+  }
+  for (uint32_t n : s.node_touched) node_insns_[n] += s.node_insns[n];
+  for (const auto& [k, v] : s.edges) edges_[k] += v;
+  total_.blocks_seen.insert(s.new_blocks.begin(), s.new_blocks.end());
+  for (auto& e : s.errors)
+    if (total_.errors.size() < options_.max_error_examples) total_.errors.push_back(e);
+  for (const auto& [k, v] : s.error_counts) total_.error_counts[k] += v;
+  total_.insns += s.insns;
+  total_.blocks += s.blocks;
+  total_.cpu_insns[cpu] += s.insns;
+  total_.pieces++;
+}
+
+void PieceDecoder::merge_into(Profile& out) const {
+  out.insns += total_.insns;
+  out.blocks += total_.blocks;
+  out.pieces += total_.pieces;
+  for (const auto& [cpu, n] : total_.cpu_insns) out.cpu_insns[cpu] += n;
+  for (uint32_t f = 0; f < fn_insns_.size(); ++f)
+    if (fn_insns_[f] || fn_calls_[f]) {
+      out.functions[f].insns += fn_insns_[f];
+      out.functions[f].calls += fn_calls_[f];
+    }
+  for (const auto& [cpu, v] : cpu_fn_insns_)
+    for (uint32_t f = 0; f < v.size(); ++f)
+      if (v[f]) out.cpu_functions[cpu][f] += v[f];
+  for (const auto& [k, v] : edges_) out.edges[{static_cast<uint32_t>(k >> 32), static_cast<uint32_t>(k)}] += v;
+  std::vector<uint32_t> path;
+  for (uint32_t n = 1; n < nodes_.size(); ++n) {
+    if (!node_insns_[n]) continue;
+    path.clear();
+    for (uint32_t x = n; x != 0; x = nodes_[x].parent) path.push_back(nodes_[x].fn);
+    std::reverse(path.begin(), path.end());
+    out.stacks[path] += node_insns_[n];
+  }
+  out.blocks_seen.insert(total_.blocks_seen.begin(), total_.blocks_seen.end());
+  for (const auto& e : total_.errors) out.errors.push_back(e);
+  for (const auto& [k, v] : total_.error_counts) out.error_counts[k] += v;
+  out.alignment_retries += total_.alignment_retries;
+  out.alignment_fixed += total_.alignment_fixed;
+  out.image_rebuilds += cursor_.rebuilds();
+}
+
+}  // namespace kt

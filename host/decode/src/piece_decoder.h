@@ -1,0 +1,74 @@
+// Private: one thread's state for decoding pieces with libipt's block decoder
+// and accumulating a profile (piece_decoder.cpp).
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "kthost/decode/decoder.h"
+
+namespace kt {
+
+enum InsnClass : uint8_t { kClsOther = 0, kClsCall, kClsReturn, kClsJump, kClsCond };
+// The class of the x86-64 instruction at `p` (prefixes skipped).
+uint8_t classify_x86(const uint8_t* p, size_t n);
+DecodeErrorKind classify_pt_error(int code);
+
+// What one piece added; committed into the thread's totals only if kept.
+struct PieceScratch {
+  uint64_t insns = 0, blocks = 0;
+  std::vector<uint64_t> fn_insns, fn_calls;  // dense by function id
+  std::vector<uint32_t> fn_touched;
+  std::vector<uint64_t> node_insns;          // dense by stack node
+  std::vector<uint32_t> node_touched;
+  std::unordered_map<uint64_t, uint64_t> edges;
+  std::vector<std::pair<uint32_t, uint64_t>> new_blocks;
+  std::vector<DecodeErrorRecord> errors;
+  uint64_t error_total = 0;  // errors other than overflow
+  uint64_t t_end = 0;        // PT time at the end of the piece
+  std::map<DecodeErrorKind, uint64_t> error_counts;
+  void reset();
+};
+
+class PieceDecoder {
+ public:
+  PieceDecoder(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
+               const Symbolizer& symbols, const DecodeOptions& options);
+  // Decodes one piece (with candidate alignments when it has errors) and commits it.
+  Status decode(const Piece& piece);
+  // Adds this thread's totals into `out` (stacks resolved to paths).
+  void merge_into(Profile& out) const;
+
+ private:
+  struct CacheEntry {
+    uint64_t ip = 0, end_ip = 0;
+    int isid = -1;
+    uint32_t fn = 0;
+    uint8_t cls = 0;
+  };
+  struct Node {
+    uint32_t parent, fn, depth;
+  };
+  Status run(const Piece& piece, int64_t shift, PieceScratch& s);
+  void commit(uint32_t cpu, PieceScratch& s);
+  uint32_t child(uint32_t parent, uint32_t fn);
+  const CacheEntry& lookup(uint64_t ip, uint64_t end_ip, int isid, int iclass, uint64_t time, PieceScratch& s);
+
+  const std::map<uint32_t, std::vector<uint8_t>>& pt_;
+  const VersionedImage& image_;
+  const Symbolizer& symbols_;
+  const DecodeOptions& options_;
+  ImageCursor cursor_;
+  std::vector<CacheEntry> cache_;
+  std::vector<Node> nodes_;
+  std::unordered_map<uint64_t, uint32_t> children_;
+  PieceScratch a_, b_;
+  // Totals.
+  Profile total_;
+  std::map<uint32_t, std::vector<uint64_t>> cpu_fn_insns_;
+  std::vector<uint64_t> fn_insns_, fn_calls_, node_insns_;
+  std::unordered_map<uint64_t, uint64_t> edges_;
+};
+
+}  // namespace kt

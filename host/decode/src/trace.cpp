@@ -1,0 +1,149 @@
+// The instruction trace for a time window, and the benchmark baseline: both
+// with libipt's instruction decoder.
+#include <intel-pt.h>
+
+#include <cstring>
+
+#include "kthost/decode/decoder.h"
+
+namespace kt {
+namespace {
+
+const char* insn_kind(pt_insn_class c) {
+  switch (c) {
+    case ptic_call: return "call";
+    case ptic_return: return "return";
+    case ptic_jump: return "jump";
+    case ptic_cond_jump: return "jcc";
+    case ptic_far_call:
+    case ptic_far_return:
+    case ptic_far_jump: return "far";
+    default: return "insn";
+  }
+}
+
+const char* event_kind(pt_event_type t) {
+  switch (t) {
+    case ptev_enabled: return "trace-begin";
+    case ptev_disabled:
+    case ptev_async_disabled: return "trace-end";
+    case ptev_async_branch: return "interrupt";
+    case ptev_overflow: return "overflow";
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+Result<std::vector<TraceLine>> decode_trace(const std::map<uint32_t, std::vector<uint8_t>>& pt,
+                                            const VersionedImage& image, const Symbolizer& symbols,
+                                            std::optional<uint32_t> cpu, uint64_t from, uint64_t to,
+                                            size_t max_lines) {
+  std::vector<TraceLine> lines;
+  ImageCursor cursor(image);
+  for (const auto& [c, data] : pt) {
+    if (cpu && c != *cpu) continue;
+    auto pieces = split_at_psb(c, data);
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const Piece& p = pieces[i];
+      if (p.time > to) break;
+      if (i + 1 < pieces.size() && pieces[i + 1].time != 0 && pieces[i + 1].time < from) continue;
+      pt_config config;
+      pt_config_init(&config);
+      config.begin = const_cast<uint8_t*>(data.data()) + p.begin;
+      config.end = const_cast<uint8_t*>(data.data()) + p.end;
+      pt_insn_decoder* dec = pt_insn_alloc_decoder(&config);
+      if (!dec) return Error(ErrorCode::LimitExceeded, "pt_insn_alloc_decoder failed");
+      KT_TRY(cursor.seek(p.time));
+      pt_insn_set_image(dec, cursor.image());
+      uint64_t now = p.time;
+      int status = pt_insn_sync_forward(dec);
+      while (status >= 0 && lines.size() < max_lines && now <= to) {
+        while (status & pts_event_pending) {
+          pt_event ev;
+          status = pt_insn_event(dec, &ev, sizeof ev);
+          if (status < 0) break;
+          if (ev.has_tsc && ev.tsc > now) now = ev.tsc;
+          const char* name = event_kind(ev.type);
+          if (name && now >= from && now <= to) {
+            TraceLine l;
+            l.cpu = c;
+            l.time = now;
+            l.kind = name;
+            if (ev.type == ptev_async_branch) l.ip = ev.variant.async_branch.to;
+            if (ev.type == ptev_enabled) l.ip = ev.variant.enabled.ip;
+            lines.push_back(std::move(l));
+          }
+        }
+        if (status < 0) break;
+        if (now >= cursor.next_change()) cursor.advance(now);
+        pt_insn insn;
+        std::memset(&insn, 0, sizeof insn);
+        status = pt_insn_next(dec, &insn, sizeof insn);
+        if (status < 0) {
+          if (status != -pte_eos && now >= from && now <= to) {
+            TraceLine l;
+            l.cpu = c;
+            l.time = now;
+            l.ip = insn.ip;
+            l.kind = std::string("error: ") + pt_errstr(pt_errcode(status));
+            lines.push_back(std::move(l));
+          }
+          break;
+        }
+        uint64_t tsc = 0;
+        uint32_t lost_mtc = 0, lost_cyc = 0;
+        if (pt_insn_time(dec, &tsc, &lost_mtc, &lost_cyc) >= 0 && tsc > now) now = tsc;
+        if (now >= cursor.next_change()) cursor.advance(now);
+        if (now < from || now > to) continue;
+        TraceLine l;
+        l.cpu = c;
+        l.time = now;
+        l.ip = insn.ip;
+        l.size = insn.size;
+        std::memcpy(l.raw, insn.raw, std::min<size_t>(insn.size, sizeof l.raw));
+        l.kind = insn_kind(insn.iclass);
+        l.function = symbols.lookup(insn.ip, now);
+        lines.push_back(std::move(l));
+      }
+      pt_insn_free_decoder(dec);
+      if (lines.size() >= max_lines) return lines;
+    }
+  }
+  return lines;
+}
+
+Result<uint64_t> count_insns_baseline(const std::vector<uint8_t>& pt, const VersionedImage& image) {
+  ImageCursor cursor(image);
+  KT_TRY(cursor.seek(0));
+  pt_config config;
+  pt_config_init(&config);
+  config.begin = const_cast<uint8_t*>(pt.data());
+  config.end = const_cast<uint8_t*>(pt.data()) + pt.size();
+  pt_insn_decoder* dec = pt_insn_alloc_decoder(&config);
+  if (!dec) return Error(ErrorCode::LimitExceeded, "pt_insn_alloc_decoder failed");
+  pt_insn_set_image(dec, cursor.image());
+  uint64_t count = 0;
+  for (int status = pt_insn_sync_forward(dec); status >= 0; status = pt_insn_sync_forward(dec)) {
+    for (;;) {
+      while (status & pts_event_pending) {
+        pt_event ev;
+        status = pt_insn_event(dec, &ev, sizeof ev);
+        if (status < 0) break;
+      }
+      if (status < 0 || (status & pts_eos)) break;
+      pt_insn insn;
+      status = pt_insn_next(dec, &insn, sizeof insn);
+      if (status < 0) break;
+      ++count;
+      uint64_t tsc = 0;
+      uint32_t lost_mtc = 0, lost_cyc = 0;
+      if (pt_insn_time(dec, &tsc, &lost_mtc, &lost_cyc) >= 0 && tsc >= cursor.next_change()) cursor.advance(tsc);
+    }
+    if (status == -pte_eos) break;
+  }
+  pt_insn_free_decoder(dec);
+  return count;
+}
+
+}  // namespace kt

@@ -1,0 +1,189 @@
+// The bundle: round trip, crash-cut reads, and every kind of damage giving an
+// error that names the file and the offset.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "kthost/bundle/bundle.h"
+#include "kthost/common/io.h"
+#include "synthetic_bundle.h"
+
+namespace kt {
+namespace {
+
+class BundleTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = test::make_temp_dir("bundle"); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return dir_ + "/b/" + name; }
+  std::vector<uint8_t> trace(int runs) const {
+    test::PtWriter w;
+    for (int i = 0; i < runs; ++i) {
+      w.psb(100 + i);
+      test::walk(w, test::g_program(false), test::kG, [](uint64_t) { return false; });
+    }
+    return w.finish();
+  }
+  std::unique_ptr<BundleWriter> writer() {
+    auto w = BundleWriter::create(dir_ + "/b", {0, 1}, BundleClock{});
+    EXPECT_TRUE(w.ok());
+    return std::move(*w);
+  }
+  void corrupt(const std::string& name, uint64_t offset, uint8_t value) {
+    std::fstream f(path(name), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(offset));
+    f.put(static_cast<char>(value));
+  }
+  std::string error_of(const BundleReadOptions& o = {}) {
+    auto b = read_bundle(dir_ + "/b", o);
+    EXPECT_FALSE(b.ok());
+    return b.ok() ? "" : b.error().message;
+  }
+  std::string dir_;
+};
+
+TEST_F(BundleTest, RoundTrip) {
+  auto w = writer();
+  auto pt = trace(3);
+  ASSERT_TRUE(w->append_pt(0, pt.data(), pt.size()));
+  ASSERT_TRUE(w->append_event_json(event_to_json(test::ksymbol(5, 0xffffffffc0000000ull, 16, "bpf_prog_x", false))));
+  ASSERT_TRUE(w->append_event_json(event_to_json(test::text_poke(6, 0xffffffff81000200ull, test::kGOld, test::kGNew))));
+  ASSERT_TRUE(w->append_text(test::text_record(TextSource::Snapshot, 0, test::kText, test::core_text(0x1000))));
+  ASSERT_TRUE(w->write_whole_file("kallsyms", test::core_kallsyms()));
+  w->set_loss("pt_overflow", 2);
+  ASSERT_TRUE(w->close());
+  auto b = read_bundle(dir_ + "/b");
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_TRUE(b->manifest.complete);
+  EXPECT_EQ(b->manifest.cpus, (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(b->pt.at(0), pt);
+  EXPECT_TRUE(b->pt.at(1).empty());
+  ASSERT_EQ(b->events.size(), 2u);
+  EXPECT_EQ(b->events[0].kind, BundleEvent::Kind::KsymbolRegister);
+  EXPECT_EQ(b->events[0].name, "bpf_prog_x");
+  EXPECT_EQ(b->events[1].kind, BundleEvent::Kind::TextPoke);
+  EXPECT_EQ(b->events[1].new_bytes, test::kGNew);
+  ASSERT_EQ(b->text.records.size(), 1u);
+  EXPECT_EQ(b->text.records[0].bytes, test::core_text(0x1000));
+  EXPECT_EQ(b->kallsyms, test::core_kallsyms());
+  EXPECT_EQ(b->losses.at("pt_overflow"), 2u);
+  EXPECT_EQ(b->ignored_bytes, 0u);
+}
+
+// A writer killed after a flush: what it appended later is on disk (its
+// buffers were written when full) but not committed: the reader stops at the flush.
+TEST_F(BundleTest, CrashCutBundleReadsUpToItsLastFlush) {
+  auto w = writer();
+  auto first = trace(2);
+  ASSERT_TRUE(w->append_pt(0, first.data(), first.size()));
+  ASSERT_TRUE(w->append_event_json(event_to_json(test::ksymbol(5, 0x1000, 16, "a", false))));
+  ASSERT_TRUE(w->flush());
+  // More than the 1 MiB buffer, so part of it reaches the file before the "crash".
+  auto more = trace(40000);
+  ASSERT_GT(more.size(), 1u << 20);
+  ASSERT_TRUE(w->append_pt(0, more.data(), more.size()));
+  ASSERT_TRUE(w->append_event_json(event_to_json(test::ksymbol(6, 0x2000, 16, "b", false))));
+  ASSERT_GT(std::filesystem::file_size(path("pt/cpu0.pt")), first.size());
+  // Crash: the writer's memory is gone, nothing else is written.
+  w.release();
+  auto b = read_bundle(dir_ + "/b");
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_FALSE(b->manifest.complete);
+  EXPECT_EQ(b->pt.at(0), first);
+  EXPECT_EQ(b->events.size(), 1u);
+  EXPECT_GT(b->ignored_bytes, 0u);
+}
+
+TEST_F(BundleTest, TruncatedFileNamesFileAndOffset) {
+  auto w = writer();
+  auto pt = trace(3);
+  ASSERT_TRUE(w->append_pt(0, pt.data(), pt.size()));
+  ASSERT_TRUE(w->close());
+  std::filesystem::resize_file(path("pt/cpu0.pt"), 10);
+  std::string e = error_of();
+  EXPECT_NE(e.find("pt/cpu0.pt"), std::string::npos) << e;
+  EXPECT_NE(e.find("at offset 10"), std::string::npos) << e;
+  EXPECT_NE(e.find("truncated"), std::string::npos) << e;
+}
+
+TEST_F(BundleTest, CorruptPtIsACrcErrorAndABadPacketAtItsOffset) {
+  auto w = writer();
+  auto pt = trace(3);
+  ASSERT_TRUE(w->append_pt(0, pt.data(), pt.size()));
+  ASSERT_TRUE(w->close());
+  size_t at = 16 + 2 + 8 + 2;  // the first packet after PSB, MODE, TSC, PSBEND
+  corrupt("pt/cpu0.pt", at, 0x02);  // an extended opcode...
+  corrupt("pt/cpu0.pt", at + 1, 0x01);  // ...that does not exist
+  std::string e = error_of();
+  EXPECT_NE(e.find("pt/cpu0.pt"), std::string::npos) << e;
+  EXPECT_NE(e.find("CRC-32C"), std::string::npos) << e;
+  BundleReadOptions no_crc;
+  no_crc.check_crc = false;
+  e = error_of(no_crc);
+  EXPECT_NE(e.find("pt/cpu0.pt: at offset 28: "), std::string::npos) << e;
+  EXPECT_NE(e.find("bad PT packet"), std::string::npos) << e;
+}
+
+TEST_F(BundleTest, BadEventLineNamesLineAndOffset) {
+  auto w = writer();
+  std::string first = event_to_json(test::ksymbol(5, 0x1000, 16, "a", false));
+  ASSERT_TRUE(w->append_event_json(first));
+  ASSERT_TRUE(w->append_event_json("{\"kind\":\"ksymbol\",\"time\":7}"));
+  ASSERT_TRUE(w->close());
+  std::string e = error_of();
+  EXPECT_NE(e.find("events.jsonl: line 2 at offset " + std::to_string(first.size() + 1)), std::string::npos) << e;
+}
+
+TEST_F(BundleTest, CorruptTextStoreNamesOffset) {
+  auto w = writer();
+  ASSERT_TRUE(w->append_text(test::text_record(TextSource::Load, 5, 0x1000, {1, 2, 3})));
+  ASSERT_TRUE(w->close());
+  corrupt("text.kts", kTextStoreHeaderSize + kTextRecordFixedSize + 1, 0xff);
+  std::string e = error_of();
+  EXPECT_NE(e.find("text.kts"), std::string::npos) << e;
+  EXPECT_NE(e.find("offset 16"), std::string::npos) << e;
+}
+
+TEST_F(BundleTest, ManifestIsValidated) {
+  auto w = writer();
+  ASSERT_TRUE(w->close());
+  auto bad = [&](const std::string& text, const std::string& expect) {
+    ASSERT_TRUE(write_file_atomic(path("manifest.json"), text));
+    std::string e = error_of();
+    EXPECT_NE(e.find("manifest.json"), std::string::npos) << e;
+    EXPECT_NE(e.find(expect), std::string::npos) << e;
+  };
+  bad("{", "not valid JSON");
+  bad(R"({"format":"other"})", "format");
+  bad(R"({"format":"kthost-bundle","version":1,"clock":{"perf_to_tsc":"identity"},"cpus":[0],"flush_seq":1,
+         "files":{"../etc/passwd":{"size":1}}})",
+      "leaves the bundle");
+  bad(R"({"format":"kthost-bundle","version":1,"clock":{"perf_to_tsc":"identity"},"cpus":[3],"flush_seq":1,
+         "files":{}})",
+      "CPU 3 has no pt/cpu3.pt");
+  bad(R"({"format":"kthost-bundle","version":1,"clock":{"perf_to_tsc":{"time_zero":1,"time_mult":0,"time_shift":2}},
+         "cpus":[],"flush_seq":1,"files":{}})",
+      "perf_to_tsc");
+  std::filesystem::remove(path("manifest.json"));
+  EXPECT_NE(error_of().find("has no manifest.json"), std::string::npos);
+}
+
+TEST_F(BundleTest, MissingListedFile) {
+  auto w = writer();
+  ASSERT_TRUE(w->close());
+  std::filesystem::remove(path("events.jsonl"));
+  std::string e = error_of();
+  EXPECT_NE(e.find("events.jsonl: listed in manifest.json but missing"), std::string::npos) << e;
+}
+
+TEST_F(BundleTest, ClockConvertsPerfTimeToTsc) {
+  BundleClock c;
+  EXPECT_EQ(c.to_pt(1234), 1234u);
+  c = {false, 1000, 1u << 10, 10};  // mult/2^shift = 1: tsc = time - zero
+  EXPECT_EQ(c.to_pt(5000), 4000u);
+  EXPECT_EQ(c.to_pt(10), 0u);
+}
+
+}  // namespace
+}  // namespace kt

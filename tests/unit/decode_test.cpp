@@ -1,0 +1,272 @@
+// The decoder against synthetic PT (libipt's encoder) over hand-assembled
+// code: exact flow and exact counts, text pokes, BPF address reuse, error
+// classes, and parallel == sequential.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "kthost/decode/analysis.h"
+#include "kthost/decode/decoder.h"
+#include "kthost/decode/report.h"
+#include "synthetic_bundle.h"
+
+namespace kt {
+namespace {
+
+using test::kF;
+using test::kG;
+using test::kMain;
+using test::kText;
+
+class DecodeTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+  Analysis open(const test::SynthBundle& b) {
+    dir_ = test::make_temp_dir("decode");
+    b.write(dir_ + "/b");
+    auto a = open_analysis(dir_ + "/b");
+    if (!a) ADD_FAILURE() << a.error().message;
+    return std::move(*a);
+  }
+  Profile decode(const Analysis& a, unsigned threads = 1, uint64_t window = 0) {
+    DecodeOptions o;
+    o.threads = threads;
+    o.align_window = window;
+    o.chunk_bytes = 64;  // many chunks even for small traces
+    auto p = decode_profile(a.bundle.pt, *a.image, a.symbols, o);
+    if (!p) ADD_FAILURE() << p.error().message;
+    return std::move(*p);
+  }
+  static uint64_t insns_of(const Profile& p, const Symbolizer& s, const std::string& name) {
+    for (const auto& [id, c] : p.functions)
+      if (s.function(id).name == name) return c.insns;
+    return 0;
+  }
+  static uint64_t calls_of(const Profile& p, const Symbolizer& s, const std::string& name) {
+    for (const auto& [id, c] : p.functions)
+      if (s.function(id).name == name) return c.calls;
+    return 0;
+  }
+  std::string dir_;
+};
+
+test::SynthBundle core_bundle(size_t text_size = 0x1000) {
+  test::SynthBundle b;
+  b.text.push_back(test::text_record(TextSource::Snapshot, 0, kText, test::core_text(text_size), "core"));
+  b.kallsyms = test::core_kallsyms();
+  return b;
+}
+
+TEST_F(DecodeTest, LoopWithCallsGivesExactCounts) {
+  auto b = core_bundle();
+  test::PtWriter w;
+  w.psb(100);
+  EXPECT_EQ(test::walk(w, test::main_program(), kMain, test::main_decisions()), 20u);
+  b.pt[0] = w.finish();
+  Analysis a = open(b);
+  Profile p = decode(a);
+  EXPECT_EQ(p.insns, 20u);
+  EXPECT_EQ(insns_of(p, a.symbols, "main_func"), 14u);
+  EXPECT_EQ(insns_of(p, a.symbols, "f_func"), 6u);
+  EXPECT_EQ(calls_of(p, a.symbols, "f_func"), 3u);
+  EXPECT_EQ(calls_of(p, a.symbols, "main_func"), 0u);
+  ASSERT_EQ(p.edges.size(), 1u);
+  EXPECT_EQ(a.symbols.function(p.edges.begin()->first.first).name, "main_func");
+  EXPECT_EQ(a.symbols.function(p.edges.begin()->first.second).name, "f_func");
+  EXPECT_EQ(p.edges.begin()->second, 3u);
+  EXPECT_TRUE(p.error_counts.empty());
+  EXPECT_EQ(folded_stacks(p, a.symbols), "main_func 14\nmain_func;f_func 6\n");
+  // The baseline (libipt's instruction decoder) agrees.
+  auto base = count_insns_baseline(a.bundle.pt.at(0), *a.image);
+  ASSERT_TRUE(base.ok());
+  EXPECT_EQ(*base, 20u);
+}
+
+TEST_F(DecodeTest, InstructionTraceIsTheExactFlow) {
+  auto b = core_bundle();
+  test::PtWriter w;
+  w.psb(100);
+  std::vector<uint64_t> expected;
+  test::walk(w, test::main_program(), kMain, test::main_decisions(), &expected);
+  b.pt[0] = w.finish();
+  Analysis a = open(b);
+  auto lines = decode_trace(a.bundle.pt, *a.image, a.symbols, std::nullopt, 0, UINT64_MAX);
+  ASSERT_TRUE(lines.ok());
+  std::vector<uint64_t> got;
+  for (const auto& l : *lines)
+    if (l.size) got.push_back(l.ip);
+  EXPECT_EQ(got, expected);
+  ASSERT_GE(lines->size(), 3u);
+  EXPECT_EQ(lines->front().kind, "trace-begin");
+  EXPECT_EQ((*lines)[2].kind, "call");  // xor, then the call
+  EXPECT_EQ(a.symbols.function((*lines)[3].function).name, "f_func");
+}
+
+// text_poke at time 200 turns g_func's nop5 into a jump: the run at 100 takes
+// the old path (3 instructions), the run at 300 the new one (5).
+class PokeTest : public DecodeTest, public ::testing::WithParamInterface<size_t> {};
+
+test::SynthBundle poke_bundle(size_t text_size, uint64_t poke_time) {
+  auto b = core_bundle(text_size);
+  test::PtWriter w;
+  w.psb(100);
+  test::walk(w, test::g_program(false), kG, [](uint64_t) { return false; });
+  w.tsc(300);
+  test::walk(w, test::g_program(true), kG, [](uint64_t) { return false; });
+  b.pt[0] = w.finish();
+  b.events.push_back(test::text_poke(poke_time, kG, test::kGOld, test::kGNew));
+  return b;
+}
+
+TEST_P(PokeTest, FlowFlipsAtThePoke) {
+  Analysis a = open(poke_bundle(GetParam(), 200));
+  EXPECT_EQ(a.image->stats().pokes_old_mismatch, 0u);
+  Profile p = decode(a);
+  EXPECT_TRUE(p.error_counts.empty());
+  EXPECT_EQ(insns_of(p, a.symbols, "g_func"), 3u + 5u);
+  auto lines = decode_trace(a.bundle.pt, *a.image, a.symbols, std::nullopt, 0, UINT64_MAX);
+  ASSERT_TRUE(lines.ok());
+  std::vector<uint64_t> before, after;
+  for (const auto& l : *lines)
+    if (l.size) (l.time < 200 ? before : after).push_back(l.ip);
+  EXPECT_EQ(before, (std::vector<uint64_t>{kG, kG + 5, kG + 6}));
+  EXPECT_EQ(after, (std::vector<uint64_t>{kG, kG + 0x20, kG + 0x22, kG + 0x24, kG + 0x25}));
+}
+
+// The poke's sideband time (350) is late: the run at 300 already has the new
+// code. Decoded with the old bytes it disagrees with the packets (a TNT
+// where the old code has no branch); the candidate moved by the window agrees.
+TEST_P(PokeTest, MisalignedPokeIsResolvedByCandidates) {
+  Analysis a = open(poke_bundle(GetParam(), 350));
+  Profile naive = decode(a, 1, 0);
+  EXPECT_GT(naive.error_counts[DecodeErrorKind::Desync], 0u);
+  Profile p = decode(a, 1, 100);
+  EXPECT_TRUE(p.error_counts.empty());
+  EXPECT_EQ(p.alignment_retries, 1u);
+  EXPECT_EQ(p.alignment_fixed, 1u);
+  EXPECT_EQ(insns_of(p, a.symbols, "g_func"), 8u);
+}
+
+// 4 KiB text is copied whole on a poke; 128 KiB gets a poked overlay page.
+INSTANTIATE_TEST_SUITE_P(SmallAndLargeText, PokeTest, ::testing::Values(size_t{0x1000}, size_t{0x20000}));
+
+// One BPF program unloaded, another loaded at the same address: each run
+// decodes with its own bytes and gets its own name.
+TEST_F(DecodeTest, BpfAddressReuseDecodesEachProgramWithItsOwnBytes) {
+  constexpr uint64_t kX = 0xffffffffc0001000ull;
+  const std::vector<uint8_t> p1 = {0x31, 0xc0, 0xc3};                          // xor; ret
+  const std::vector<uint8_t> p2 = {0x90, 0x85, 0xc0, 0x74, 0x00, 0x90, 0xc3};  // nop; test; jz; nop; ret
+  for (bool with_load_copy : {true, false}) {
+    SCOPED_TRACE(with_load_copy ? "load copy + guard copy" : "guard copy only");
+    test::SynthBundle b = core_bundle();
+    b.events.push_back(test::ksymbol(50, kX, p1.size(), "bpf_prog_1111_first", false));
+    b.events.push_back(test::ksymbol(150, kX, p1.size(), "bpf_prog_1111_first", true));
+    b.events.push_back(test::ksymbol(200, kX, p2.size(), "bpf_prog_2222_second", false));
+    if (with_load_copy) b.text.push_back(test::text_record(TextSource::Load, 50, kX, p1));
+    b.text.push_back(test::text_record(TextSource::Guard, 150, kX, p1));
+    b.text.push_back(test::text_record(TextSource::Load, 200, kX, p2));
+    test::PtWriter w;
+    w.psb(100);
+    test::walk(w, {{kX, {2, test::SimInsn::Other, 0}}, {kX + 2, {1, test::SimInsn::Ret, 0}}}, kX,
+               [](uint64_t) { return false; });
+    w.tsc(300);
+    test::walk(w,
+               {{kX, {1, test::SimInsn::Other, 0}},
+                {kX + 1, {2, test::SimInsn::Other, 0}},
+                {kX + 3, {2, test::SimInsn::Jcc, kX + 5}},
+                {kX + 5, {1, test::SimInsn::Other, 0}},
+                {kX + 6, {1, test::SimInsn::Ret, 0}}},
+               kX, [](uint64_t) { return true; });
+    b.pt[0] = w.finish();
+    Analysis a = open(b);
+    Profile p = decode(a);
+    EXPECT_TRUE(p.error_counts.empty());
+    EXPECT_EQ(insns_of(p, a.symbols, "bpf_prog_1111_first"), 2u);
+    EXPECT_EQ(insns_of(p, a.symbols, "bpf_prog_2222_second"), 5u);
+    EXPECT_EQ(p.insns, 7u);
+    for (const auto& [id, c] : p.functions) EXPECT_EQ(a.symbols.function(id).module, "bpf");
+    std::filesystem::remove_all(dir_);
+    dir_.clear();
+  }
+}
+
+TEST_F(DecodeTest, ErrorsAreClassifiedWithAddressAndTime) {
+  auto b = core_bundle();
+  test::PtWriter w;
+  w.psb(100);
+  w.pge(0xffffffff82000000ull);  // no text there
+  w.psb(200);
+  w.ovf();
+  w.tsc(250);
+  test::walk(w, test::main_program(), kMain, test::main_decisions());
+  w.psb(300);
+  w.pge(kMain);  // f_func returns, then the loop's branch wants a TNT: the trace gives a TIP
+  w.tip(kMain + 7);
+  w.tip(kF);
+  b.pt[0] = w.finish();
+  Analysis a = open(b);
+  Profile p = decode(a);
+  EXPECT_EQ(p.error_counts[DecodeErrorKind::NoText], 1u);
+  EXPECT_EQ(p.error_counts[DecodeErrorKind::Overflow], 1u);
+  EXPECT_EQ(p.error_counts[DecodeErrorKind::Desync], 1u);
+  ASSERT_EQ(p.errors.size(), 3u);
+  EXPECT_EQ(p.errors[0].kind, DecodeErrorKind::NoText);
+  EXPECT_EQ(p.errors[0].ip, 0xffffffff82000000ull);
+  EXPECT_EQ(p.errors[0].time, 100u);
+  EXPECT_EQ(p.errors[1].kind, DecodeErrorKind::Overflow);
+  EXPECT_EQ(p.errors[2].kind, DecodeErrorKind::Desync);
+  EXPECT_EQ(p.errors[2].time, 300u);
+  // 6 in the run after the overflow, 2 before the desync.
+  EXPECT_EQ(insns_of(p, a.symbols, "f_func"), 8u);
+}
+
+TEST_F(DecodeTest, ParallelDecodeEqualsSequential) {
+  auto b = core_bundle();
+  for (uint32_t cpu : {0u, 1u}) {
+    test::PtWriter w;
+    for (int i = 0; i < 200; ++i) {
+      w.psb(1000 + 10 * i);
+      test::walk(w, test::main_program(), kMain, test::main_decisions());
+      test::walk(w, test::g_program(false), kG, [](uint64_t) { return false; });
+    }
+    b.pt[cpu] = w.finish();
+  }
+  Analysis a = open(b);
+  Profile one = decode(a, 1), two = decode(a, 2), four = decode(a, 4);
+  EXPECT_EQ(one.insns, 2u * 200 * 23);
+  EXPECT_EQ(one.cpu_insns.at(0), 200u * 23);
+  EXPECT_EQ(one.cpu_insns.at(1), 200u * 23);
+  EXPECT_EQ(one.pieces, 400u);
+  for (const Profile* p : {&two, &four}) {
+    EXPECT_EQ(p->insns, one.insns);
+    EXPECT_EQ(p->cpu_functions, one.cpu_functions);
+    EXPECT_EQ(p->edges, one.edges);
+    EXPECT_EQ(p->stacks, one.stacks);
+    EXPECT_EQ(p->blocks_seen, one.blocks_seen);
+  }
+  EXPECT_EQ(insns_of(one, a.symbols, "main_func"), 2u * 200 * 14);
+  EXPECT_EQ(calls_of(one, a.symbols, "f_func"), 2u * 200 * 3);
+  EXPECT_EQ(insns_of(one, a.symbols, "g_func"), 2u * 200 * 3);
+}
+
+TEST_F(DecodeTest, SplitAtPsbFindsEveryPieceWithItsTime) {
+  test::PtWriter w;
+  w.psb(7);
+  test::walk(w, test::g_program(false), kG, [](uint64_t) { return false; });
+  size_t second = w.size();
+  w.psb(9);
+  auto data = w.finish();
+  auto pieces = split_at_psb(3, data);
+  ASSERT_EQ(pieces.size(), 2u);
+  EXPECT_EQ(pieces[0].begin, 0u);
+  EXPECT_EQ(pieces[0].end, second);
+  EXPECT_EQ(pieces[0].time, 7u);
+  EXPECT_EQ(pieces[1].time, 9u);
+  EXPECT_EQ(pieces[1].cpu, 3u);
+  EXPECT_EQ(pieces[1].end, data.size());
+}
+
+}  // namespace
+}  // namespace kt
