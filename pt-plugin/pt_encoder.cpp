@@ -302,6 +302,7 @@ void VcpuEncoder::stop() {
   in_kernel_ = false;
   prev_ = nullptr;
   came_from_user_ = false;
+  started_ = false;  // a restart begins with PSB+: a reader may start there
 }
 
 void VcpuEncoder::on_block(const Block& b) {

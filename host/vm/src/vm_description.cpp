@@ -80,6 +80,11 @@ Result<VmDescription> VmDescription::parse(const std::string& json_text) {
   KT_ASSIGN_OR_RETURN(d.ram_path, get_string(*ram, "path", d.ram_backend == RamBackend::File));
   KT_ASSIGN_OR_RETURN(d.image, get_string(doc, "image", false));
   KT_ASSIGN_OR_RETURN(d.kernel_release, get_string(doc, "kernel_release", false, 256));
+  if (auto pt = doc.find("pt_plugin"); pt != doc.end()) {
+    if (!pt->is_object()) return Error(ErrorCode::InvalidInput, "field \"pt_plugin\" must be an object");
+    KT_ASSIGN_OR_RETURN(d.pt_plugin_out, get_string(*pt, "out", false));
+    KT_ASSIGN_OR_RETURN(d.pt_plugin_trigger, get_string(*pt, "trigger", false));
+  }
   return d;
 }
 
@@ -96,6 +101,8 @@ std::string VmDescription::to_json() const {
               {"console_log", console_log}, {"accel", accel},   {"machine", machine},
               {"vcpus", vcpus},           {"image", image},     {"kernel_release", kernel_release}};
   doc["ram"] = {{"size", ram_size}, {"backend", ram_backend_name(ram_backend)}, {"path", ram_path}};
+  if (!pt_plugin_out.empty() || !pt_plugin_trigger.empty())
+    doc["pt_plugin"] = {{"out", pt_plugin_out}, {"trigger", pt_plugin_trigger}};
   return doc.dump(2);
 }
 

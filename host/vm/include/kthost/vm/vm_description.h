@@ -28,6 +28,9 @@ struct VmDescription {
   std::string ram_path;        // file backend: the file; memfd: "" (found via /proc/<pid>/fd)
   std::string image;           // image directory, informational
   std::string kernel_release;  // informational, from the image manifest
+  // The software PT plugin (pt-plugin/ktpt.so), when QEMU runs it: its
+  // per-vCPU output directory and the trigger file that switches it on.
+  std::string pt_plugin_out, pt_plugin_trigger;
 
   static Result<VmDescription> parse(const std::string& json_text);
   static Result<VmDescription> load(const std::string& path);
