@@ -16,6 +16,8 @@
 // file.  Buffers are written when 256 KiB are full, when the vCPU idles, and at
 // exit.
 #include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <x86intrin.h>
@@ -278,9 +280,29 @@ void at_exit(qemu_plugin_id_t, void*) {
   qemu_plugin_outs("ktpt: trace written\n");
 }
 
+// The trigger is on while its file exists. When the file holds a process id
+// (kthost trace writes its own), it is on only while that process lives: a
+// tracer that is killed cannot leave the guest traced (and its files
+// growing) forever; the stale trigger is removed.
+bool trigger_on() {
+  int fd = open(g_config.trigger.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[32] = {};
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return true;
+  char* end = nullptr;
+  long pid = strtol(buf, &end, 10);
+  if (pid <= 0 || end == buf) return true;
+  if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) return true;
+  unlink(g_config.trigger.c_str());
+  qemu_plugin_outs("ktpt: the tracer that switched PT on is gone; PT off\n");
+  return false;
+}
+
 void poll_trigger() {
   while (!g_stop_poller.load()) {
-    g_enabled.store(access(g_config.trigger.c_str(), F_OK) == 0, std::memory_order_relaxed);
+    g_enabled.store(trigger_on(), std::memory_order_relaxed);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
@@ -338,7 +360,7 @@ extern "C" QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const
   const int max_vcpus = info->system.max_vcpus > 0 ? info->system.max_vcpus : 1;
   g_vcpus = std::vector<Vcpu>(static_cast<size_t>(max_vcpus));
   if (!g_config.trigger.empty()) {
-    g_enabled.store(access(g_config.trigger.c_str(), F_OK) == 0);
+    g_enabled.store(trigger_on());
     g_poller = new std::thread(poll_trigger);
   }
   qemu_plugin_register_vcpu_tb_trans_cb(id, tb_translate);

@@ -1,7 +1,8 @@
-// kthost trace: follow a running guest and keep every version of its kernel
-// text. For now (--vm, no PT yet) it records the sideband and the text store,
-// with ktguard's holds answered from guest RAM:
+// kthost trace: follow a running guest (--vm FILE or --domain NAME), record
+// its kernel's execution as Intel PT and keep every version of its kernel
+// text, with ktguard's holds answered from guest RAM:
 //
+//   DIR/pt/cpuN.pt     PT per vCPU (hardware intel_pt under KVM, or the TCG plugin)
 //   DIR/text.kts       the text store (host/textstore), flushed every second
 //   DIR/events.jsonl   every sideband event, one JSON object per line
 //   DIR/holds.jsonl    every guard hold as the host saw it
@@ -16,15 +17,18 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "command.h"
 #include "target.h"
+#include "kthost/capture/pt_capture.h"
 #include "kthost/capture/text_saver.h"
 #include "kthost/common/io.h"
 #include "kthost/common/strings.h"
 #include "kthost/introspect/backends.h"
 #include "kthost/introspect/kernel_layout.h"
+#include "kthost/pt/requirements.h"
 #include "kthost/sideband/channel.h"
 #include "kthost/sideband/event_log.h"
 #include "kthost/vm/qmp_client.h"
@@ -116,12 +120,62 @@ nlohmann::json summary_json(const EventLog& log, const SidebandDecoder& dec, con
   return j;
 }
 
+// Per-CPU PT files in the trace directory, appended as the capture delivers.
+class PtFiles {
+ public:
+  explicit PtFiles(std::string dir) : dir_(std::move(dir)) {}
+  ~PtFiles() {
+    for (auto& [cpu, fp] : files_) std::fclose(fp);
+  }
+  Status append(uint32_t cpu, const uint8_t* data, size_t len) {
+    auto it = files_.find(cpu);
+    if (it == files_.end()) {
+      if (::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) return io_error("mkdir " + dir_, errno);
+      std::string path = dir_ + "/cpu" + std::to_string(cpu) + ".pt";
+      FILE* fp = std::fopen(path.c_str(), "we");
+      if (!fp) return io_error("create " + path, errno);
+      it = files_.emplace(cpu, fp).first;
+    }
+    if (std::fwrite(data, 1, len, it->second) != len) return io_error("write PT of cpu " + std::to_string(cpu), errno);
+    return {};
+  }
+  void flush() {
+    for (auto& [cpu, fp] : files_) std::fflush(fp);
+  }
+
+ private:
+  std::string dir_;
+  std::map<uint32_t, FILE*> files_;
+};
+
+// The PT source for --pt: hardware where this machine has everything for it
+// (kthost doctor's checks) and the guest runs under KVM; else the TCG plugin
+// where the guest's QEMU runs it; else a clear error.
+Result<std::unique_ptr<PtCapture>> open_pt(const std::string& choice, Target& target, const std::string& out_dir) {
+  if (choice == "none") return std::unique_ptr<PtCapture>();
+  std::string why_not_hw;
+  if (choice == "auto" || choice == "hardware") {
+    for (const auto& c : check_hardware_pt_requirements(live_system_roots()))
+      if (!c.ok && why_not_hw.empty()) why_not_hw = c.name + ": " + c.detail;
+    if (why_not_hw.empty() && target.vm.accel != "kvm") why_not_hw = "the guest runs under " + target.vm.accel + ", not KVM";
+    if (why_not_hw.empty()) return PtCapture::hardware(*target.monitor, out_dir + "/pt-hw");
+    if (choice == "hardware")
+      return Error(ErrorCode::Unsupported, "no hardware PT: " + why_not_hw + " (kthost doctor says how to fix it)");
+  }
+  auto sw = PtCapture::software(target.vm.pt_plugin_out, target.vm.pt_plugin_trigger, target.vm.vcpus);
+  if (sw || choice == "software") return sw;
+  return Error(ErrorCode::Unsupported, "no PT source for " + target.label + ": hardware: " + why_not_hw +
+                                           "; software: " + sw.error().message + ". --pt none traces without PT");
+}
+
 int run(const std::vector<std::string>& args) {
   Options opt;
   target_options(opt);
   opt.value("output", "DIR", "trace directory to create (-o)");
   opt.value("duration", "SECONDS", "stop after this long (default: until Ctrl-C or SIGTERM)");
   opt.value("backend", "NAME", "guest memory backend: auto (default), mmap, process");
+  opt.value("pt", "SOURCE", "PT source: auto (default: hardware where doctor allows it, else the TCG plugin), "
+                            "hardware, software, none");
   opt.flag("no-guard", "do not answer ktguard: unloads are saved best effort from unregister events");
   opt.flag("json", "print the summary as JSON on stdout");
   std::vector<std::string> a = args;
@@ -142,6 +196,10 @@ int run(const std::vector<std::string>& args) {
   const VmDescription& vm = target->vm;
   if (vm.channel.empty())
     return fail(kName, Error(ErrorCode::Unsupported, target->label + " has no org.kthost.0 channel"));
+
+  auto pt_choice = opt.get_or("pt", "auto");
+  if (pt_choice != "auto" && pt_choice != "hardware" && pt_choice != "software" && pt_choice != "none")
+    return fail(kName, Error(ErrorCode::InvalidArgument, "--pt must be auto, hardware, software or none"));
 
   // Guest memory and the kernel's page tables, from vCPU 0's CR3.
   std::unique_ptr<GuestMemory> memory;
@@ -167,6 +225,11 @@ int run(const std::vector<std::string>& args) {
   auto holds_file = LineFile::create(*out_dir + "/holds.jsonl");
   if (!holds_file) return fail(kName, holds_file.error());
 
+  auto pt = open_pt(pt_choice, *target, *out_dir);
+  if (!pt) return fail(kName, pt.error());
+  PtFiles pt_files(*out_dir + "/pt");
+  auto pt_sink = [&](uint32_t cpu, const uint8_t* data, size_t len) { return pt_files.append(cpu, data, len); };
+
   auto channel = SidebandChannel::connect(vm.channel, std::chrono::seconds(10), guard);
   if (!channel) return fail(kName, channel.error());
   struct sigaction sa {};
@@ -181,6 +244,11 @@ int run(const std::vector<std::string>& args) {
   bool tty = ::isatty(2);
   std::fprintf(stderr, "kthost trace: %s, memory %s, guard %s, writing %s\n", target->label.c_str(),
                memory->backend_name().c_str(), guard ? "on" : "off (best effort)", out_dir->c_str());
+  if (*pt) {
+    if (auto st = (*pt)->start(); !st) return fail(kName, st.error().with_context("starting PT"));
+    std::fprintf(stderr, "kthost trace: PT from the %s source on %zu vCPUs\n", (*pt)->kind().c_str(),
+                 (*pt)->cpus().size());
+  }
   auto start = Clock::now(), last_flush = start;
   std::string end_reason = "duration";
   int status = 0;
@@ -218,26 +286,53 @@ int run(const std::vector<std::string>& args) {
       events_file->line(to_json(ev));
     }
     log.append(std::move(*events));
+    if (*pt) {
+      if (auto st = (*pt)->poll(pt_sink); !st) {
+        std::fprintf(stderr, "\nkthost trace: PT: %s\n", st.error().message.c_str());
+        end_reason = "PT: " + st.error().message;
+        status = 1;
+        break;
+      }
+    }
     auto now = Clock::now();
     if (now - last_flush >= std::chrono::seconds(1)) {
       last_flush = now;
+      // A guest that stopped or crashed, or libvirtd gone: end cleanly.
+      if (auto alive = target->check_alive(); !alive) {
+        std::fprintf(stderr, "\nkthost trace: %s\n", alive.error().message.c_str());
+        end_reason = "guest: " + alive.error().message;
+        status = 1;
+        break;
+      }
       if (auto st = store->flush(); !st) std::fprintf(stderr, "\nkthost trace: %s\n", st.error().message.c_str());
       events_file->flush();
       holds_file->flush();
+      pt_files.flush();
       if (tty)
-        std::fprintf(stderr, "\r%6.0fs  events %zu  pokes %zu  holds %lu  saved %s  lost %lu   ", elapsed, log.size(),
-                     log.count("text_poke"), static_cast<unsigned long>(totals.holds),
-                     human_bytes(store->text_bytes()).c_str(),
+        std::fprintf(stderr, "\r%6.0fs  events %zu  pokes %zu  holds %lu  saved %s  PT %s  lost %lu   ", elapsed,
+                     log.size(), log.count("text_poke"), static_cast<unsigned long>(totals.holds),
+                     human_bytes(store->text_bytes()).c_str(), human_bytes(*pt ? (*pt)->total_bytes() : 0).c_str(),
                      static_cast<unsigned long>(log.lost(1) + log.lost(2) + log.lost(3) + log.lost(4) +
                                                 saver.stats().unloads_lost));
     }
   }
   if (tty) std::fprintf(stderr, "\n");
   double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (*pt) {
+    if (auto st = (*pt)->stop(pt_sink); !st) {
+      std::fprintf(stderr, "kthost trace: PT: %s\n", st.error().message.c_str());
+      status = 1;
+    }
+  }
+  pt_files.flush();
   auto flushed = store->flush();
   events_file->flush();
   holds_file->flush();
   auto summary = summary_json(log, channel->decoder(), saver, *store, totals, guard, seconds, end_reason);
+  summary["pt_source"] = *pt ? (*pt)->kind() : "none";
+  summary["pt_bytes"] = *pt ? (*pt)->total_bytes() : 0;
+  if (*pt)
+    for (const auto& s : (*pt)->stats()) summary["pt_bytes_per_cpu"][std::to_string(s.cpu)] = s.bytes;
   if (auto st = write_file_atomic(*out_dir + "/summary.json", summary.dump(2) + "\n"); !st)
     return fail(kName, st.error());
   if (!flushed) return fail(kName, flushed.error());

@@ -32,7 +32,7 @@ off_bpf=$(g ktprobe bpf-stress $BPF)
 sleep 3
 
 echo "guard bench: with the guard (kthost trace attached)"
-"$K" trace --vm "$STATE/vm/vm.json" -o "$STATE/trace" >"$STATE/trace.log" 2>&1 &
+"$K" trace --vm "$STATE/vm/vm.json" -o "$STATE/trace" --pt none >"$STATE/trace.log" 2>&1 &
 TRACE=$!
 i=0
 until g cat /run/ktguest.stats 2>/dev/null | grep -q '"guard_open":1'; do

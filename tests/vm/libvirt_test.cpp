@@ -185,7 +185,7 @@ TEST_F(LibvirtTest, TraceByDomainName) {
   ASSERT_NO_FATAL_FAILURE(ensure_domain(""));
   std::string dir = "/tmp/kthost-lvtest-trace";
   run_command("rm -rf " + dir);
-  auto r = run_command(kthost_binary() + " trace --domain " + kDomain + " -o " + dir + " --duration 10", 120);
+  auto r = run_command(kthost_binary() + " trace --domain " + kDomain + " -o " + dir + " --duration 10 --pt none", 120);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "domain " + std::string(kDomain) + ", memory mmap")) << r.output;
   auto summary = read_file(dir + "/summary.json");
@@ -202,7 +202,7 @@ TEST_F(LibvirtTest, KilledTraceLeavesDomainRunning) {
   ASSERT_NO_FATAL_FAILURE(ensure_domain(""));
   std::string dir = "/tmp/kthost-lvtest-kill";
   run_command("rm -rf " + dir);
-  auto bg = Background::start({kthost_binary(), "trace", "--domain", kDomain, "-o", dir}, "/tmp/kthost-lvtest-kill.log");
+  auto bg = Background::start({kthost_binary(), "trace", "--domain", kDomain, "-o", dir, "--pt", "none"}, "/tmp/kthost-lvtest-kill.log");
   ASSERT_TRUE(bg) << bg.error().message;
   // Wait until it is tracing (its start line), then kill -9 mid-trace.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -253,7 +253,7 @@ TEST_F(LibvirtTest, NoticesStoppedDomainAndTraceEndsCleanly) {
   run_command("rm -rf " + dir);
   auto d = LibvirtDomain::open(kUri, kDomain);
   ASSERT_TRUE(d) << d.error().message;
-  auto bg = Background::start({kthost_binary(), "trace", "--domain", kDomain, "-o", dir}, "/tmp/kthost-lvtest-stop.log");
+  auto bg = Background::start({kthost_binary(), "trace", "--domain", kDomain, "-o", dir, "--pt", "none"}, "/tmp/kthost-lvtest-stop.log");
   ASSERT_TRUE(bg) << bg.error().message;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!contains((*bg)->log(), "writing " + dir) && std::chrono::steady_clock::now() < deadline)
@@ -292,7 +292,7 @@ TEST_F(LibvirtTest, NoSharedMemoryFallsBackToProcessMemory) {
   EXPECT_TRUE(contains(r.output, "memory backend    process")) << r.output;
   EXPECT_TRUE(contains(r.output, "<access mode='shared'/>")) << r.output;
   EXPECT_TRUE(contains(r.output, "falls back to QEMU process memory")) << r.output;
-  auto t = run_command(kthost_binary() + " trace --domain " + kDomain + " -o " + dir + "-trace --duration 3", 120);
+  auto t = run_command(kthost_binary() + " trace --domain " + kDomain + " -o " + dir + "-trace --duration 3 --pt none", 120);
   EXPECT_EQ(t.status, 0) << t.output;
   EXPECT_TRUE(contains(t.output, "memory process")) << t.output;
   run_command("rm -rf " + dir + " " + dir + "-trace");
@@ -308,7 +308,7 @@ TEST_F(LibvirtTest, NoChannelGetsTheXmlToAdd) {
   EXPECT_TRUE(contains(req.error().message, "<channel type='unix'>")) << req.error().message;
   EXPECT_TRUE(contains(req.error().message, "<target type='virtio' name='org.kthost.0'/>")) << req.error().message;
   std::string dir = "/tmp/kthost-lvtest-nochan";
-  auto r = run_command(kthost_binary() + " trace --domain " + kDomain + " -o " + dir + " --duration 3", 120);
+  auto r = run_command(kthost_binary() + " trace --domain " + kDomain + " -o " + dir + " --duration 3 --pt none", 120);
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "has no org.kthost.0 channel")) << r.output;
   EXPECT_TRUE(contains(r.output, "<channel type='unix'>")) << r.output;

@@ -128,7 +128,7 @@ class UnloadRace : public ::testing::Test {
   // with --no-guard, until the session is up).
   static std::unique_ptr<Background> start_trace(const std::string& dir, bool guard) {
     vm_->release_channels();
-    std::vector<std::string> argv = {kthost_binary(), "trace", "--vm", vm_->vm_json(), "-o", dir};
+    std::vector<std::string> argv = {kthost_binary(), "trace", "--vm", vm_->vm_json(), "-o", dir, "--pt", "none"};
     if (!guard) argv.push_back("--no-guard");
     auto bg = Background::start(argv, dir + ".log");
     EXPECT_TRUE(bg) << bg.error().message;

@@ -1,0 +1,70 @@
+// PtCapture: the guest's per-vCPU Intel PT streams, from whichever source
+// writes them, collected into a sink as they grow.
+//
+//   software  the TCG plugin (pt-plugin/ktpt.so) writes <out>/cpuN.pt while
+//             its trigger file exists: start() creates the trigger, stop()
+//             removes it; bytes the files held before start() are skipped.
+//   hardware  perf intel_pt on each vCPU thread (host/pt PtHardwareSource),
+//             thread ids from QMP query-cpus-fast; its AUX rings are drained
+//             to <work>/vcpuN.pt on every poll.
+// Either way the capture tails those files, so a stream reaches the sink in
+// order and in whole reads, whatever the source.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kthost/common/result.h"
+#include "kthost/vm/monitor.h"
+
+namespace kt {
+
+class PtHardwareSource;
+
+struct PtCaptureStats {
+  uint32_t cpu = 0;
+  uint64_t bytes = 0;
+  std::string path;
+};
+
+class PtCapture {
+ public:
+  using Sink = std::function<Status(uint32_t cpu, const uint8_t* data, size_t len)>;
+
+  static Result<std::unique_ptr<PtCapture>> software(const std::string& out_dir, const std::string& trigger, int vcpus);
+  // Errors: those of PtHardwareSource::open_system (Unsupported where there is no intel_pt).
+  static Result<std::unique_ptr<PtCapture>> hardware(Monitor& monitor, const std::string& work_dir);
+  ~PtCapture();
+
+  Status start();
+  // Hands the sink every byte written since the last call.
+  Status poll(const Sink& sink);
+  // Switches the source off and hands the sink the rest. Also done (without
+  // a sink) by the destructor, so the plugin is never left tracing.
+  Status stop(const Sink& sink);
+
+  const std::string& kind() const { return kind_; }
+  std::vector<uint32_t> cpus() const;
+  std::vector<PtCaptureStats> stats() const;
+  uint64_t total_bytes() const;
+
+ private:
+  PtCapture() = default;
+  struct Stream {
+    uint32_t cpu = 0;
+    std::string path;
+    uint64_t offset = 0;  // next byte to read
+    uint64_t bytes = 0;   // handed to the sink
+  };
+  Status tail(Stream& s, const Sink& sink);
+  std::string kind_;
+  std::string trigger_;
+  bool running_ = false;
+  std::vector<Stream> streams_;
+  std::unique_ptr<PtHardwareSource> hw_;
+};
+
+}  // namespace kt

@@ -1,0 +1,136 @@
+#include "kthost/capture/pt_capture.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <thread>
+
+#include "kthost/common/fd.h"
+#include "kthost/pt/hardware_source.h"
+
+namespace kt {
+namespace {
+
+uint64_t file_size(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<PtCapture>> PtCapture::software(const std::string& out_dir, const std::string& trigger,
+                                                         int vcpus) {
+  if (out_dir.empty() || trigger.empty())
+    return Error(ErrorCode::Unsupported,
+                 "the guest's QEMU does not run the software PT plugin with out= and trigger= "
+                 "(start it with ktvm --plugin build/pt-plugin/ktpt.so,out=DIR,trigger=FILE)");
+  if (vcpus < 1 || vcpus > 4096) return Error(ErrorCode::InvalidArgument, "bad vCPU count " + std::to_string(vcpus));
+  auto c = std::unique_ptr<PtCapture>(new PtCapture());
+  c->kind_ = "software";
+  c->trigger_ = trigger;
+  for (int i = 0; i < vcpus; ++i)
+    c->streams_.push_back(Stream{static_cast<uint32_t>(i), out_dir + "/cpu" + std::to_string(i) + ".pt", 0, 0});
+  return c;
+}
+
+Result<std::unique_ptr<PtCapture>> PtCapture::hardware(Monitor& monitor, const std::string& work_dir) {
+  KT_ASSIGN_OR_RETURN(auto threads, query_vcpu_threads(monitor));
+  std::vector<PtThread> pt;
+  for (const auto& t : threads) pt.push_back(PtThread{static_cast<unsigned>(t.cpu_index), t.thread_id});
+  if (::mkdir(work_dir.c_str(), 0755) != 0 && errno != EEXIST) return io_error("mkdir " + work_dir, errno);
+  KT_ASSIGN_OR_RETURN(auto hw, PtHardwareSource::open_system(PtConfig{}, pt, work_dir));
+  auto c = std::unique_ptr<PtCapture>(new PtCapture());
+  c->kind_ = "hardware";
+  for (const auto& s : hw->stats()) c->streams_.push_back(Stream{s.vcpu, s.path, 0, 0});
+  c->hw_ = std::move(hw);
+  return c;
+}
+
+PtCapture::~PtCapture() {
+  if (running_) (void)stop(nullptr);
+}
+
+Status PtCapture::start() {
+  if (hw_) {
+    KT_TRY(hw_->enable());
+  } else {
+    // The plugin appends to the same files across traces: skip what is there.
+    for (auto& s : streams_) s.offset = file_size(s.path);
+    // Our pid in the trigger: the plugin switches itself off if we die.
+    UniqueFd fd(::open(trigger_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd.valid()) return io_error("create the PT plugin's trigger " + trigger_, errno);
+    std::string pid = std::to_string(::getpid()) + "\n";
+    if (::write(fd.get(), pid.data(), pid.size()) != static_cast<ssize_t>(pid.size()))
+      return io_error("write " + trigger_, errno);
+  }
+  running_ = true;
+  return {};
+}
+
+Status PtCapture::tail(Stream& s, const Sink& sink) {
+  UniqueFd fd(::open(s.path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return {};  // this vCPU has not written yet
+    return io_error("open " + s.path, errno);
+  }
+  uint8_t buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::pread(fd.get(), buf, sizeof buf, static_cast<off_t>(s.offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return io_error("read " + s.path, errno);
+    }
+    if (n == 0) return {};
+    s.offset += static_cast<uint64_t>(n);
+    s.bytes += static_cast<uint64_t>(n);
+    if (sink) KT_TRY(sink(s.cpu, buf, static_cast<size_t>(n)));
+  }
+}
+
+Status PtCapture::poll(const Sink& sink) {
+  Status first;
+  if (hw_) {
+    if (auto st = hw_->drain(); !st && first) first = st;
+  }
+  for (auto& s : streams_)
+    if (auto st = tail(s, sink); !st && first) first = st;
+  return first;
+}
+
+Status PtCapture::stop(const Sink& sink) {
+  if (!running_) return {};
+  running_ = false;
+  Status first;
+  if (hw_) {
+    if (auto st = hw_->disable(); !st) first = st;
+  } else {
+    if (::unlink(trigger_.c_str()) != 0 && errno != ENOENT) first = io_error("remove " + trigger_, errno);
+    // The plugin polls its trigger every 20 ms, then each vCPU stops and
+    // flushes at its next block (an idle vCPU flushed when it went idle).
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  if (auto st = poll(sink); !st && first) first = st;
+  return first;
+}
+
+std::vector<uint32_t> PtCapture::cpus() const {
+  std::vector<uint32_t> out;
+  for (const auto& s : streams_) out.push_back(s.cpu);
+  return out;
+}
+
+std::vector<PtCaptureStats> PtCapture::stats() const {
+  std::vector<PtCaptureStats> out;
+  for (const auto& s : streams_) out.push_back(PtCaptureStats{s.cpu, s.bytes, s.path});
+  return out;
+}
+
+uint64_t PtCapture::total_bytes() const {
+  uint64_t t = 0;
+  for (const auto& s : streams_) t += s.bytes;
+  return t;
+}
+
+}  // namespace kt
