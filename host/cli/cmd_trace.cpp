@@ -28,6 +28,7 @@
 #include "kthost/common/strings.h"
 #include "kthost/introspect/backends.h"
 #include "kthost/introspect/kernel_layout.h"
+#include "kthost/pt/kvm_tsc.h"
 #include "kthost/pt/requirements.h"
 #include "kthost/sideband/channel.h"
 #include "kthost/sideband/event_log.h"
@@ -330,6 +331,18 @@ int run(const std::vector<std::string>& args) {
   holds_file->flush();
   auto summary = summary_json(log, channel->decoder(), saver, *store, totals, guard, seconds, end_reason);
   summary["pt_source"] = *pt ? (*pt)->kind() : "none";
+  if (*pt && (*pt)->kind() == "hardware") {
+    // Guest TSC = host TSC * ratio + offset per vCPU: what maps the guest's
+    // sideband times onto the host-TSC times in hardware PT.
+    if (auto tsc = read_kvm_tsc(vm.pid); tsc) {
+      for (const auto& v : tsc->vcpus)
+        summary["kvm_tsc"][std::to_string(v.vcpu)] = {{"offset", v.offset},
+                                                      {"ratio", v.ratio ? *v.ratio : 0},
+                                                      {"frac_bits", v.frac_bits}};
+    } else {
+      summary["kvm_tsc_error"] = tsc.error().message;
+    }
+  }
   summary["pt_bytes"] = *pt ? (*pt)->total_bytes() : 0;
   if (*pt)
     for (const auto& s : (*pt)->stats()) summary["pt_bytes_per_cpu"][std::to_string(s.cpu)] = s.bytes;
