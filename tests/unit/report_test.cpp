@@ -1,6 +1,7 @@
 // Reports and diff over a synthetic trace with known counts: tables, JSON,
 // the flame graph SVG (valid XML, rendered when rsvg-convert exists), and
 // kthost diff's detection.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -127,6 +128,29 @@ TEST_F(ReportTest, BadReportJsonIsAnError) {
                                  "functions":[{"key":"a"}]})", "r.json");
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.error().message.find("r.json: functions[0]"), std::string::npos);
+}
+
+}  // namespace
+
+// A function this file defines, for the DWARF test to find by address.
+__attribute__((noinline)) int dwarf_probe_function(int x) { return x * 3 + 1; }
+
+namespace {
+
+// The test binary is built with -g: libdw gives this file's name for a
+// function defined here (PIE: the file address is the runtime one minus the base).
+TEST(SymbolizerDwarfTest, SourceLineFromDebugInfo) {
+  Symbolizer s;
+  auto st = s.load_dwarf("/proc/self/exe");
+  if (!st) GTEST_SKIP() << st.error().message;
+  Dl_info info{};
+  ASSERT_NE(dladdr(reinterpret_cast<void*>(&dwarf_probe_function), &info), 0);
+  uint64_t addr = reinterpret_cast<uintptr_t>(&dwarf_probe_function);
+  auto line = s.source_line(addr - reinterpret_cast<uintptr_t>(info.dli_fbase));
+  if (!line) line = s.source_line(addr);
+  ASSERT_TRUE(line.has_value());
+  EXPECT_NE(line->find("report_test.cpp:"), std::string::npos) << *line;
+  EXPECT_FALSE(s.load_dwarf("/nonexistent/vmlinux").ok());
 }
 
 }  // namespace

@@ -67,7 +67,7 @@ void PieceScratch::reset() {
 
 PieceDecoder::PieceDecoder(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
                            const Symbolizer& symbols, const DecodeOptions& options)
-    : pt_(pt), image_(image), symbols_(symbols), options_(options), cursor_(image), cache_(1u << 16) {
+    : pt_(pt), image_(image), symbols_(symbols), options_(options), cursor_(image), cache_(size_t{1} << std::min(options.cache_bits, 24u)) {
   nodes_.push_back({0, UINT32_MAX, 0});
   for (PieceScratch* s : {&a_, &b_}) {
     s->fn_insns.assign(symbols.size(), 0);
