@@ -182,6 +182,18 @@ Status ImageCursor::seek(uint64_t time, int64_t shift) {
     advance(time);
     return ok_status();
   }
+  if (built_ && shift == shift_) {
+    // Back in time, but if no added version began after `time`, the image
+    // is already right (the common case: chunks of other CPUs interleave).
+    const auto& order = vi_.by_begin();
+    auto first_after = std::partition_point(order.begin(), order.end(), [&](uint32_t v) {
+      return shifted(vi_.versions()[v].begin) <= time;
+    });
+    if (static_cast<size_t>(first_after - order.begin()) == next_) {
+      time_ = time;
+      return ok_status();
+    }
+  }
   if (image_) pt_image_free(image_);
   image_ = pt_image_alloc("kthost");
   if (!image_) return Error(ErrorCode::LimitExceeded, "pt_image_alloc failed");

@@ -126,7 +126,9 @@ std::string format_report_text(const Profile& p, const Symbolizer& symbols, cons
         if (it != p.cpu_functions.end() && it->second.count(id)) v = it->second.at(id);
         line += fmt(" %12" PRIu64, v);
       }
-    out += line + "  " + function_key(f) + "\n";
+    line += "  " + function_key(f);
+    if (auto src = symbols.source_line(f.start)) line += "  (" + *src + ")";
+    out += line + "\n";
   }
   if (o.callgraph) {
     out += "\ncall graph (caller -> callee: calls)\n";
