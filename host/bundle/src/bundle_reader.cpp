@@ -130,9 +130,10 @@ Result<Bundle> read_bundle(const std::string& dir, const BundleReadOptions& opti
     }
     b.ignored_bytes += ignored;
     if (starts_with(name, "pt/")) {
-      std::string num = name.substr(6, name.size() - 6 - 3);
-      auto cpu = parse_u64(num, 10);
-      if (!cpu || name.size() < 10 || name.substr(name.size() - 3) != ".pt" || *cpu > 65535)
+      std::optional<uint64_t> cpu;
+      if (name.size() >= 10 && starts_with(name, "pt/cpu") && name.compare(name.size() - 3, 3, ".pt") == 0)
+        cpu = parse_u64(name.substr(6, name.size() - 9), 10);
+      if (!cpu || *cpu > 65535)
         return Error(ErrorCode::InvalidInput, label + ": a PT file must be named pt/cpuN.pt");
       if (options.check_pt_packets) KT_TRY(check_pt(label, *data));
       b.pt[static_cast<uint32_t>(*cpu)] = std::move(*data);
