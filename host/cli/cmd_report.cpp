@@ -42,6 +42,7 @@ int run(const std::vector<std::string>& args) {
   opt.value("threads", "N", "decoder threads (default: every core)");
   opt.value("align-window", "T", "try text versions moved by T PT time units where a piece has errors (default 0)");
   opt.flag("quiet", "no progress on stderr");
+  opt.flag("no-pt-check", "do not reject PT streams with bad packets (hardware AUX loss); the decoder counts them");
   if (auto exit_status = parse_command_line(opt, kName, args)) return *exit_status;
   Error err(ErrorCode::InvalidArgument, "");
   auto cpu = number(opt, "cpu", &err);
@@ -52,7 +53,9 @@ int run(const std::vector<std::string>& args) {
   auto window = number(opt, "align-window", &err);
   if (!err.message.empty()) return fail(kName, err);
 
-  auto analysis = open_analysis(opt.positionals().at(0), opt.get_or("vmlinux", ""));
+  BundleReadOptions read_options;
+  read_options.check_pt_packets = !opt.has("no-pt-check");
+  auto analysis = open_analysis(opt.positionals().at(0), opt.get_or("vmlinux", ""), read_options);
   if (!analysis) return fail(kName, analysis.error());
   const auto& pt = analysis->bundle.pt;
   std::optional<uint32_t> cpu32;

@@ -20,6 +20,7 @@ struct Analysis {
 
 // Reads the bundle and prepares the image and symbols (no decoding yet).
 // `vmlinux` (may be empty) adds DWARF source lines.
-Result<Analysis> open_analysis(const std::string& bundle_dir, const std::string& vmlinux = "");
+Result<Analysis> open_analysis(const std::string& bundle_dir, const std::string& vmlinux = "",
+                               const BundleReadOptions& options = {});
 
 }  // namespace kt
