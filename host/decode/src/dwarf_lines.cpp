@@ -6,7 +6,9 @@
 #include <gelf.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <vector>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -23,6 +25,41 @@ struct DwarfLines::Impl {
   Dwarf* dwarf = nullptr;
   int64_t bias = 0;
   mutable std::mutex lock;  // libdw's lazy loading is not thread-safe
+  // Without .debug_aranges (clang does not emit it by default) dwarf_addrdie
+  // finds nothing: then every CU's address ranges, built once, sorted.
+  struct CuRange {
+    Dwarf_Addr low, high;
+    Dwarf_Off offset;
+  };
+  mutable std::vector<CuRange> ranges;
+  mutable bool ranges_built = false;
+  void build_ranges() const {
+    ranges_built = true;
+    Dwarf_Off off = 0, next = 0;
+    size_t header = 0;
+    while (dwarf_nextcu(dwarf, off, &next, &header, nullptr, nullptr, nullptr) == 0) {
+      Dwarf_Die die;
+      if (dwarf_offdie(dwarf, off + header, &die)) {
+        Dwarf_Addr base = 0, low = 0, high = 0;
+        ptrdiff_t it = 0;
+        while ((it = dwarf_ranges(&die, it, &base, &low, &high)) > 0)
+          if (high > low) ranges.push_back({low, high, off + header});
+      }
+      off = next;
+    }
+    std::sort(ranges.begin(), ranges.end(), [](const CuRange& a, const CuRange& b) { return a.low < b.low; });
+  }
+  bool cu_for(Dwarf_Addr addr, Dwarf_Die* cu) const {
+    if (dwarf_addrdie(dwarf, addr, cu)) return true;
+    if (!ranges_built) build_ranges();
+    auto it = std::upper_bound(ranges.begin(), ranges.end(), addr,
+                               [](Dwarf_Addr a, const CuRange& r) { return a < r.low; });
+    for (int steps = 0; it != ranges.begin() && steps < 64; ++steps) {  // CUs rarely overlap: a short walk
+      --it;
+      if (addr >= it->low && addr < it->high) return dwarf_offdie(dwarf, it->offset, cu) != nullptr;
+    }
+    return false;
+  }
 };
 
 DwarfLines::~DwarfLines() {
@@ -73,7 +110,7 @@ std::optional<std::string> DwarfLines::line(uint64_t runtime_ip) const {
   std::lock_guard<std::mutex> g(impl->lock);
   Dwarf_Addr addr = runtime_ip - static_cast<uint64_t>(impl->bias);
   Dwarf_Die cu;
-  if (!dwarf_addrdie(impl->dwarf, addr, &cu)) return std::nullopt;
+  if (!impl->cu_for(addr, &cu)) return std::nullopt;
   Dwarf_Line* l = dwarf_getsrc_die(&cu, addr);
   if (!l) return std::nullopt;
   int lineno = 0;
