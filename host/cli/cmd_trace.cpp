@@ -13,15 +13,18 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <x86intrin.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "command.h"
 #include "target.h"
+#include "kthost/bundle/bundle.h"
 #include "kthost/capture/pt_capture.h"
 #include "kthost/capture/text_saver.h"
 #include "kthost/common/io.h"
@@ -29,6 +32,7 @@
 #include "kthost/introspect/backends.h"
 #include "kthost/introspect/kernel_layout.h"
 #include "kthost/pt/kvm_tsc.h"
+#include "kthost/snapshot/snapshot.h"
 #include "kthost/pt/requirements.h"
 #include "kthost/sideband/channel.h"
 #include "kthost/sideband/event_log.h"
@@ -81,7 +85,7 @@ struct Totals {
 };
 
 nlohmann::json summary_json(const EventLog& log, const SidebandDecoder& dec, const TextSaver& saver,
-                            const TextStoreWriter& store, const Totals& t, bool guard, double seconds,
+                            uint64_t text_records, uint64_t text_bytes, const Totals& t, bool guard, double seconds,
                             const std::string& end_reason) {
   const auto& s = saver.stats();
   const auto& st = dec.stats();
@@ -98,8 +102,8 @@ nlohmann::json summary_json(const EventLog& log, const SidebandDecoder& dec, con
       {"holds_failed", s.guard_failed},
       {"hold_host_us_max", t.host_us_max},
       {"hold_host_us_mean", t.holds ? t.host_us_total / static_cast<double>(t.holds) : 0.0},
-      {"text_records", store.records()},
-      {"text_bytes", store.text_bytes()},
+      {"text_records", text_records},
+      {"text_bytes", text_bytes},
       {"load_copies", s.load_copies},
       {"load_failed", s.load_failed},
       {"loads_from_guard", s.loads_from_guard},
@@ -121,33 +125,65 @@ nlohmann::json summary_json(const EventLog& log, const SidebandDecoder& dec, con
   return j;
 }
 
-// Per-CPU PT files in the trace directory, appended as the capture delivers.
-class PtFiles {
- public:
-  explicit PtFiles(std::string dir) : dir_(std::move(dir)) {}
-  ~PtFiles() {
-    for (auto& [cpu, fp] : files_) std::fclose(fp);
-  }
-  Status append(uint32_t cpu, const uint8_t* data, size_t len) {
-    auto it = files_.find(cpu);
-    if (it == files_.end()) {
-      if (::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) return io_error("mkdir " + dir_, errno);
-      std::string path = dir_ + "/cpu" + std::to_string(cpu) + ".pt";
-      FILE* fp = std::fopen(path.c_str(), "we");
-      if (!fp) return io_error("create " + path, errno);
-      it = files_.emplace(cpu, fp).first;
-    }
-    if (std::fwrite(data, 1, len, it->second) != len) return io_error("write PT of cpu " + std::to_string(cpu), errno);
-    return {};
-  }
-  void flush() {
-    for (auto& [cpu, fp] : files_) std::fflush(fp);
-  }
+// Loss counters into the bundle's losses.json (written at each flush).
+void set_losses(BundleWriter& bundle, const EventLog& log, const TextSaver& saver) {
+  bundle.set_loss("perf_ring", log.lost(1));
+  bundle.set_loss("queue", log.lost(2));
+  bundle.set_loss("guard_miss", log.lost(3));
+  bundle.set_loss("module_race", log.lost(4));
+  bundle.set_loss("unguarded", log.lost(5));
+  bundle.set_loss("unloads_lost", saver.stats().unloads_lost);
+  bundle.set_loss("guard_failed", saver.stats().guard_failed);
+}
 
- private:
-  std::string dir_;
-  std::map<uint32_t, FILE*> files_;
-};
+// /proc/kallsyms and /proc/modules text from the guest's state dump.
+std::string kallsyms_text(const GuestState& st) {
+  std::string out;
+  char line[64];
+  for (const auto& s : st.symbols) {
+    std::snprintf(line, sizeof line, "%016llx %c ", static_cast<unsigned long long>(s.addr), s.type);
+    out += line;
+    out += s.name;
+    if (!s.module.empty()) out += "\t[" + s.module + "]";
+    out += '\n';
+  }
+  return out;
+}
+std::string modules_text(const GuestState& st) {
+  std::string out;
+  for (const auto& m : st.modules)
+    out += m.name + " " + std::to_string(m.core_size) + " 0 - Live " + hex(m.core_addr) + "\n";
+  return out;
+}
+
+// Sideband (guest perf ns) to PT time: perf's clock parameters, plus, for the
+// TCG plugin (which stamps host TSC), the guest-to-host TSC offset bounded
+// from the events' arrival times.
+BundleClock bundle_clock(const GuestClock& g, std::optional<int64_t> offset) {
+  BundleClock c;
+  c.identity = false;
+  c.time_zero = g.time_zero;
+  c.time_mult = g.time_mult ? g.time_mult : 1;
+  c.time_shift = g.time_shift;
+  c.pt_offset = offset.value_or(0);
+  return c;
+}
+
+// kcore of every text range, as kthost snapshot writes it, into the bundle.
+Status write_initial_snapshot(PageWalker& walker, const KernelLayout& layout, const std::string& dir,
+                              BundleWriter& bundle) {
+  std::string tmp = dir + "/.snapshot";
+  auto written = write_snapshot(walker, layout, "", "", tmp);
+  if (!written) return written.take_error();
+  auto kcore = read_file(tmp + "/kcore", size_t{2} << 30);
+  for (const char* f : {"kcore", "kallsyms", "modules", "layout.json"}) ::unlink((tmp + "/" + f).c_str());
+  ::rmdir(tmp.c_str());
+  if (!kcore) return kcore.take_error();
+  if (written->unreadable_pages)
+    std::fprintf(stderr, "kthost trace: %lu pages were unmapped during the initial snapshot (zero-filled)\n",
+                 static_cast<unsigned long>(written->unreadable_pages));
+  return bundle.write_whole_file("kcore", *kcore);
+}
 
 // The PT source for --pt: hardware where this machine has everything for it
 // (kthost doctor's checks) and the guest runs under KVM; else the TCG plugin
@@ -217,19 +253,17 @@ int run(const std::vector<std::string>& args) {
   }
   PageWalker walker(*memory, layout.paging);
 
-  if (::mkdir(out_dir->c_str(), 0755) != 0 && errno != EEXIST)
-    return fail(kName, io_error("mkdir " + *out_dir, errno));
-  auto store = TextStoreWriter::create(*out_dir + "/text.kts");
-  if (!store) return fail(kName, store.error());
-  auto events_file = LineFile::create(*out_dir + "/events.jsonl");
-  if (!events_file) return fail(kName, events_file.error());
-  auto holds_file = LineFile::create(*out_dir + "/holds.jsonl");
-  if (!holds_file) return fail(kName, holds_file.error());
-
   auto pt = open_pt(pt_choice, *target, *out_dir);
   if (!pt) return fail(kName, pt.error());
-  PtFiles pt_files(*out_dir + "/pt");
-  auto pt_sink = [&](uint32_t cpu, const uint8_t* data, size_t len) { return pt_files.append(cpu, data, len); };
+  // The bundle (docs/BUNDLE.md). Its clock is set when the guest says hello.
+  BundleClock clock;
+  clock.identity = false;
+  auto writer = BundleWriter::create(*out_dir, *pt ? (*pt)->cpus() : std::vector<uint32_t>{}, clock);
+  if (!writer) return fail(kName, writer.error());
+  BundleWriter& bundle = **writer;
+  auto holds_file = LineFile::create(*out_dir + "/holds.jsonl");
+  if (!holds_file) return fail(kName, holds_file.error());
+  auto pt_sink = [&](uint32_t cpu, const uint8_t* data, size_t len) { return bundle.append_pt(cpu, data, len); };
 
   auto channel = SidebandChannel::connect(vm.channel, std::chrono::seconds(10), guard);
   if (!channel) return fail(kName, channel.error());
@@ -239,7 +273,15 @@ int run(const std::vector<std::string>& args) {
   sigaction(SIGTERM, &sa, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  TextSaver saver(walker, *store, guard);
+  uint64_t text_records = 0, text_bytes = 0;
+  TextSaver saver(
+      walker,
+      [&](const TextRecord& r) {
+        ++text_records;
+        text_bytes += r.bytes.size();
+        return bundle.append_text(r);
+      },
+      guard);
   EventLog log;
   Totals totals;
   bool tty = ::isatty(2);
@@ -250,6 +292,13 @@ int run(const std::vector<std::string>& args) {
     std::fprintf(stderr, "kthost trace: PT from the %s source on %zu vCPUs\n", (*pt)->kind().c_str(),
                  (*pt)->cpus().size());
   }
+  // The initial text: every executable range of the kernel, modules and BPF
+  // packs, read now (later changes come through the sideband).
+  if (auto st = write_initial_snapshot(walker, layout, *out_dir, bundle); !st)
+    return fail(kName, st.error().with_context("initial snapshot"));
+  bool have_symbols = false;
+  GuestClock guest_clock;
+  std::optional<int64_t> offset_bound;
   auto start = Clock::now(), last_flush = start;
   std::string end_reason = "duration";
   int status = 0;
@@ -261,6 +310,7 @@ int run(const std::vector<std::string>& args) {
     double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     if (duration > 0 && elapsed >= duration) break;
     auto events = channel->poll(std::chrono::milliseconds(100));
+    uint64_t received_tsc = __rdtsc();
     if (!events) {
       std::fprintf(stderr, "\nkthost trace: %s\n", events.error().message.c_str());
       end_reason = "channel: " + events.error().message;
@@ -284,8 +334,29 @@ int run(const std::vector<std::string>& args) {
       } else {
         saver.on_event(ev);
       }
-      events_file->line(to_json(ev));
+      if (auto st = bundle.append_event_json(to_json(ev)); !st) {
+        end_reason = "bundle: " + st.error().message;
+        status = 1;
+      }
+      if (const auto* hello = std::get_if<HelloEvent>(&ev.body)) {
+        guest_clock = hello->clock;
+        offset_bound.reset();
+      }
+      // Every timestamped event bounds the guest-TSC -> host-TSC offset from
+      // above (it arrived after it happened); the smallest bound is within
+      // the fastest delivery (a guard notice's, well under a millisecond).
+      if (ev.time && guest_clock.valid && *pt && (*pt)->kind() == "software")
+        if (auto g = guest_clock.to_tsc(ev.time)) {
+          auto bound = static_cast<int64_t>(received_tsc - *g);
+          if (!offset_bound || bound < *offset_bound) offset_bound = bound;
+        }
+      if (std::holds_alternative<StateDumpEvent>(ev.body) && !have_symbols) {
+        have_symbols = true;
+        (void)bundle.write_whole_file("kallsyms", kallsyms_text(channel->decoder().state()));
+        (void)bundle.write_whole_file("modules", modules_text(channel->decoder().state()));
+      }
     }
+    if (status) break;
     log.append(std::move(*events));
     if (*pt) {
       if (auto st = (*pt)->poll(pt_sink); !st) {
@@ -305,14 +376,14 @@ int run(const std::vector<std::string>& args) {
         status = 1;
         break;
       }
-      if (auto st = store->flush(); !st) std::fprintf(stderr, "\nkthost trace: %s\n", st.error().message.c_str());
-      events_file->flush();
+      set_losses(bundle, log, saver);
+      if (guest_clock.valid) bundle.set_clock(bundle_clock(guest_clock, offset_bound));
+      if (auto st = bundle.flush(); !st) std::fprintf(stderr, "\nkthost trace: %s\n", st.error().message.c_str());
       holds_file->flush();
-      pt_files.flush();
       if (tty)
         std::fprintf(stderr, "\r%6.0fs  events %zu  pokes %zu  holds %lu  saved %s  PT %s  lost %lu   ", elapsed,
                      log.size(), log.count("text_poke"), static_cast<unsigned long>(totals.holds),
-                     human_bytes(store->text_bytes()).c_str(), human_bytes(*pt ? (*pt)->total_bytes() : 0).c_str(),
+                     human_bytes(text_bytes).c_str(), human_bytes(*pt ? (*pt)->total_bytes() : 0).c_str(),
                      static_cast<unsigned long>(log.lost(1) + log.lost(2) + log.lost(3) + log.lost(4) +
                                                 saver.stats().unloads_lost));
     }
@@ -325,11 +396,11 @@ int run(const std::vector<std::string>& args) {
       status = 1;
     }
   }
-  pt_files.flush();
-  auto flushed = store->flush();
-  events_file->flush();
+  set_losses(bundle, log, saver);
+  if (guest_clock.valid) bundle.set_clock(bundle_clock(guest_clock, offset_bound));
+  auto flushed = bundle.close();
   holds_file->flush();
-  auto summary = summary_json(log, channel->decoder(), saver, *store, totals, guard, seconds, end_reason);
+  auto summary = summary_json(log, channel->decoder(), saver, text_records, text_bytes, totals, guard, seconds, end_reason);
   summary["pt_source"] = *pt ? (*pt)->kind() : "none";
   if (*pt && (*pt)->kind() == "hardware") {
     // Guest TSC = host TSC * ratio + offset per vCPU: what maps the guest's
@@ -358,7 +429,7 @@ int run(const std::vector<std::string>& args) {
                  "unloads %lu (lost %lu); lost: %lu perf-ring, %lu queue, %lu guard-miss, %lu unguarded (%s)\n",
                  seconds, log.size(), static_cast<unsigned long>(totals.holds),
                  static_cast<unsigned long>(s.guard_failed), totals.host_us_max,
-                 static_cast<unsigned long>(store->records()), human_bytes(store->text_bytes()).c_str(),
+                 static_cast<unsigned long>(text_records), human_bytes(text_bytes).c_str(),
                  static_cast<unsigned long>(s.unloads_seen), static_cast<unsigned long>(s.unloads_lost),
                  static_cast<unsigned long>(log.lost(1)), static_cast<unsigned long>(log.lost(2)),
                  static_cast<unsigned long>(log.lost(3)), static_cast<unsigned long>(log.lost(5)), end_reason.c_str());

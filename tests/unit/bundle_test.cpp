@@ -183,7 +183,11 @@ TEST_F(BundleTest, ClockConvertsPerfTimeToTsc) {
   EXPECT_EQ(c.to_pt(1234), 1234u);
   c = {false, 1000, 1u << 10, 10};  // mult/2^shift = 1: tsc = time - zero
   EXPECT_EQ(c.to_pt(5000), 4000u);
-  EXPECT_EQ(c.to_pt(10), 0u);
+  // The kernel's time_zero is often "negative": the arithmetic wraps.
+  c = {false, ~uint64_t{0} - 999, 1u << 10, 10};  // time_zero = -1000
+  EXPECT_EQ(c.to_pt(5000), 6000u);
+  c.pt_offset = -100;  // PT time = guest TSC + pt_offset
+  EXPECT_EQ(c.to_pt(5000), 5900u);
 }
 
 }  // namespace

@@ -240,6 +240,10 @@ TEST(GuestClock, PerfTimeToTscInvertsTheKernelsConversion) {
     EXPECT_LE(t > t2 ? t - t2 : t2 - t, 1u) << tsc;
   }
   EXPECT_FALSE(GuestClock{}.to_tsc(5));
+  // time_zero near 2^64 (as the kernel publishes it after a while): wraps.
+  GuestClock neg{~uint64_t{0} - 999, 1u << 10, 10, true};
+  ASSERT_TRUE(neg.to_tsc(5000));
+  EXPECT_EQ(*neg.to_tsc(5000), 6000u);
 }
 
 }  // namespace

@@ -8,12 +8,13 @@ namespace kt {
 
 uint64_t BundleClock::to_pt(uint64_t perf_time) const {
   if (identity) return perf_time;
-  if (time_mult == 0 || perf_time < time_zero) return 0;
+  if (time_mult == 0) return 0;
   // Inverse of perf's tsc -> time (time = time_zero + (tsc * mult) >> shift),
-  // split so that nothing overflows.
+  // split so that nothing overflows. time_zero is often "negative" (near
+  // 2^64): the subtraction wraps, as in perf's own arithmetic.
   uint64_t t = perf_time - time_zero;
   uint64_t quot = t / time_mult, rem = t % time_mult;
-  return (quot << time_shift) + (rem << time_shift) / time_mult;
+  return (quot << time_shift) + (rem << time_shift) / time_mult + static_cast<uint64_t>(pt_offset);
 }
 
 std::string manifest_to_json(const BundleManifest& m) {
@@ -29,7 +30,8 @@ std::string manifest_to_json(const BundleManifest& m) {
   else
     clock["perf_to_tsc"] = {{"time_zero", m.clock.time_zero},
                             {"time_mult", m.clock.time_mult},
-                            {"time_shift", m.clock.time_shift}};
+                            {"time_shift", m.clock.time_shift},
+                            {"pt_offset", m.clock.pt_offset}};
   nlohmann::json j = {{"format", "kthost-bundle"}, {"version", m.version},  {"writer", m.writer},
                       {"clock", clock},            {"cpus", m.cpus},        {"flush_seq", m.flush_seq},
                       {"complete", m.complete},    {"files", files}};
@@ -86,7 +88,11 @@ Result<BundleManifest> parse_manifest(const std::string& text, const std::string
     auto tm = get_uint<uint32_t>(*p2t, "time_mult", UINT32_MAX);
     auto ts = get_uint<uint16_t>(*p2t, "time_shift", 63);
     if (!tz || !tm || !ts || *tm == 0) return bad(name, "clock: bad perf_to_tsc parameters");
-    m.clock = {false, *tz, *tm, *ts};
+    m.clock = {false, *tz, *tm, *ts, 0};
+    if (auto off = p2t->find("pt_offset"); off != p2t->end()) {
+      if (!off->is_number_integer()) return bad(name, "clock: bad \"pt_offset\"");
+      m.clock.pt_offset = off->get<int64_t>();
+    }
   } else {
     return bad(name, "clock: bad \"perf_to_tsc\"");
   }

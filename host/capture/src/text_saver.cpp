@@ -22,8 +22,8 @@ bool all_int3(const std::vector<uint8_t>& b) {
 
 }  // namespace
 
-TextSaver::TextSaver(PageWalker& walker, TextStoreWriter& store, bool guard)
-    : walker_(walker), store_(store), guard_(guard) {}
+TextSaver::TextSaver(PageWalker& walker, Sink sink, bool guard)
+    : walker_(walker), sink_(std::move(sink)), guard_(guard) {}
 
 Status TextSaver::copy(uint64_t start, uint64_t len, std::vector<uint8_t>* out) {
   // The guest maps and unmaps vmalloc text all the time: never trust a
@@ -35,7 +35,7 @@ Status TextSaver::copy(uint64_t start, uint64_t len, std::vector<uint8_t>* out) 
 
 void TextSaver::save(TextRecord&& r) {
   stats_.bytes_saved += r.bytes.size();
-  if (!store_.append(r)) stats_.store_errors++;
+  if (!sink_(r)) stats_.store_errors++;
 }
 
 HoldRecord TextSaver::on_guard_notice(const SidebandEvent& ev, const GuardNoticeEvent& n) {
@@ -139,8 +139,22 @@ void TextSaver::on_event(const SidebandEvent& ev) {
     else load(ev, k->addr, k->len, k->ksym_type, k->name);
   } else if (const auto* m = std::get_if<ModuleEvent>(&ev.body)) {
     if (m->text_size == 0) return;
-    if (m->load) load(ev, m->text_addr, m->text_size, kKindModule, m->name);
-    else unload(ev, m->text_addr, m->text_size, kKindModule, m->name);
+    // The module's executable core is more than .text (.text.unlikely,
+    // .exit.text, ...): take every executable page from .text on, within
+    // the module's core.
+    uint64_t len = m->text_size;
+    if (m->core_addr <= m->text_addr && m->text_addr < m->core_addr + m->core_size) {
+      uint64_t limit = m->core_addr + m->core_size, end = m->text_addr + m->text_size;
+      walker_.flush_cache();
+      for (uint64_t page = m->text_addr & ~uint64_t{0xfff}; page < limit; page += 0x1000) {
+        auto t = walker_.translate(page);
+        if (!t || !t->executable) break;
+        end = std::max(end, std::min(limit, page + 0x1000));
+      }
+      len = end - m->text_addr;
+    }
+    if (m->load) load(ev, m->text_addr, len, kKindModule, m->name);
+    else unload(ev, m->text_addr, len, kKindModule, m->name);
   }
 }
 

@@ -56,6 +56,9 @@ Status add_kcore(VersionedImage& image, const std::string& path) {
   return ok_status();
 }
 
+// How far before its event a load copy is trusted (see load_begin).
+constexpr uint64_t kLoadSlackNs = 5'000'000;
+
 }  // namespace
 
 Result<std::unique_ptr<VersionedImage>> VersionedImage::from_bundle(const Bundle& bundle) {
@@ -107,9 +110,31 @@ Result<std::unique_ptr<VersionedImage>> VersionedImage::from_bundle(const Bundle
     uint64_t start, begin, end;
   };
   std::vector<Live> live;
+  // A load's time and PT time can disagree by the clock alignment's error
+  // (under TCG, the channel latency in the guest-to-host TSC offset), and new
+  // text runs at once. So a load copy is valid from a little before its
+  // event, but never before the end of anything that overlapped it.
+  struct End {
+    uint64_t start, end, time;
+  };
+  std::vector<End> ends;
+  for (const auto& r : bundle.text.records)
+    if (r.source == TextSource::Guard || r.source == TextSource::Unregister)
+      ends.push_back({r.start, r.start + r.bytes.size(), clock.to_pt(r.time)});
+  for (const auto& e : bundle.events)
+    if (e.kind == BundleEvent::Kind::KsymbolUnregister || e.kind == BundleEvent::Kind::ModuleUnload)
+      ends.push_back({e.addr, e.addr + e.len, clock.to_pt(e.time)});
+  const uint64_t slack = clock.identity ? 0 : clock.to_pt(kLoadSlackNs + clock.time_zero) - clock.to_pt(clock.time_zero);
+  auto load_begin = [&](const TextRecord& r) {
+    uint64_t t = clock.to_pt(r.time);
+    uint64_t begin = t > slack ? t - slack : 0;
+    for (const auto& e : ends)
+      if (e.start < r.start + r.bytes.size() && r.start < e.end && e.time <= t && e.time > begin) begin = e.time;
+    return begin;
+  };
   for (const auto& r : bundle.text.records) {
     if (r.source != TextSource::Snapshot && r.source != TextSource::Load) continue;
-    uint64_t begin = r.source == TextSource::Snapshot ? 0 : clock.to_pt(r.time);
+    uint64_t begin = r.source == TextSource::Snapshot ? 0 : load_begin(r);
     uint64_t end = next_end(r.start, begin);
     live.push_back({r.start, begin, end});
     image->add_mapping(r.start, r.bytes, begin, end, r.source == TextSource::Snapshot ? "snapshot" : "load");

@@ -130,6 +130,17 @@ Result<DomainXml> DomainXml::parse(const std::string& xml) {
   if (d.console_log.empty()) d.console_log = x.text("/domain/devices/serial[1]/log/@file");
   d.kernel = x.text("/domain/os/kernel");
   d.has_qemu_plugin = x.count("/domain/qemu:commandline/qemu:arg[@value='-plugin']") > 0;
+  if (d.has_qemu_plugin) {
+    std::string spec = x.text("/domain/qemu:commandline/qemu:arg[@value='-plugin']/following-sibling::qemu:arg[1]/@value");
+    for (auto kv : split(spec, ',')) {
+      auto eq = kv.find('=');
+      if (eq == std::string_view::npos) continue;
+      auto key = kv.substr(0, eq), value = kv.substr(eq + 1);
+      if (value.size() > 4096) continue;
+      if (key == "out") d.pt_plugin_out = std::string(value);
+      else if (key == "trigger") d.pt_plugin_trigger = std::string(value);
+    }
+  }
   return d;
 }
 

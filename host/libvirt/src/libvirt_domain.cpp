@@ -218,6 +218,8 @@ Result<LibvirtDomain> LibvirtDomain::open(const std::string& uri_in, const std::
   vm.ram_size = d.xml_.memory_bytes;
   vm.image = dirname_of(d.xml_.kernel);
   vm.kernel_release = read_kernel_release(vm.image);
+  vm.pt_plugin_out = d.xml_.pt_plugin_out;
+  vm.pt_plugin_trigger = d.xml_.pt_plugin_trigger;
 
   const std::string fallback =
       "kthost falls back to QEMU process memory (HMP gpa2hva + process_vm_readv): it works, but each read is a "

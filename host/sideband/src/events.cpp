@@ -7,9 +7,11 @@
 namespace kt {
 
 std::optional<uint64_t> GuestClock::to_tsc(uint64_t perf_time) const {
-  if (!valid || perf_time < time_zero) return std::nullopt;
+  if (!valid) return std::nullopt;
   // Inverse of perf's tsc->time: time = time_zero + (tsc * mult) >> shift,
-  // split into quotient and remainder so that nothing overflows.
+  // split into quotient and remainder so that nothing overflows. The kernel's
+  // time_zero is often "negative" (near 2^64): the subtraction wraps, as in
+  // perf's own arithmetic.
   uint64_t t = perf_time - time_zero;
   uint64_t quot = t / time_mult, rem = t % time_mult;
   return (quot << time_shift) + (rem << time_shift) / time_mult;

@@ -39,7 +39,12 @@ struct BundleClock {
   uint64_t time_zero = 0;
   uint32_t time_mult = 0;
   uint16_t time_shift = 0;
-  // PT time for a sideband time. Times before time_zero map to 0.
+  // PT time = guest TSC + pt_offset (wrapping). Under TCG the plugin stamps
+  // host TSC and the guest TSC is host TSC minus a constant that kthost trace
+  // estimates at the guest's HELLO (to within the channel's latency); with
+  // hardware PT on KVM it is minus KVM's TSC offset.
+  int64_t pt_offset = 0;
+  // PT time for a sideband time (modulo 2^64, as perf computes it).
   uint64_t to_pt(uint64_t perf_time) const;
 };
 
@@ -121,6 +126,9 @@ class BundleWriter {
   // Whole files written once (atomically): kallsyms, modules, kcore.
   Status write_whole_file(const std::string& name, const std::string& data);
   void set_loss(const std::string& name, uint64_t count) { losses_[name] = count; }
+  // The clock is often known only once the guest said hello; the next flush
+  // writes it.
+  void set_clock(const BundleClock& clock) { manifest_.clock = clock; }
   // Everything appended so far becomes durable and visible to readers.
   Status flush();
   // flush() with complete=true.

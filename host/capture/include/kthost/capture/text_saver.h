@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -53,8 +54,12 @@ struct TextSaverStats {
 
 class TextSaver {
  public:
+  // Where saved text goes: a text store, or a bundle's.
+  using Sink = std::function<Status(const TextRecord&)>;
   // `guard`: ktguard answers notices, so unloads need no best-effort copy.
-  TextSaver(PageWalker& walker, TextStoreWriter& store, bool guard);
+  TextSaver(PageWalker& walker, Sink sink, bool guard);
+  TextSaver(PageWalker& walker, TextStoreWriter& store, bool guard)
+      : TextSaver(walker, [&store](const TextRecord& r) { return store.append(r); }, guard) {}
 
   // Saves a GUARD_NOTICE's range; returns the hold (status for the ack).
   HoldRecord on_guard_notice(const SidebandEvent& ev, const GuardNoticeEvent& notice);
@@ -76,7 +81,7 @@ class TextSaver {
   void unload(const SidebandEvent& ev, uint64_t addr, uint64_t len, uint16_t kind, const std::string& name);
 
   PageWalker& walker_;
-  TextStoreWriter& store_;
+  Sink sink_;
   bool guard_;
   TextSaverStats stats_;
   std::vector<std::string> lost_;

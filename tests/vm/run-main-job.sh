@@ -1,0 +1,108 @@
+#!/bin/sh
+# The main job, end to end, through libvirt: start libvirtd, define and start
+# the test domain (TCG with the software PT plugin), `kthost trace --domain`
+# a workload that loads and unloads BPF programs (fentry ones run through
+# trampolines), loads and unloads a module, toggles a static key and makes
+# syscalls; then `kthost report`. With --check it also requires:
+#   - the workload's kernel functions appear in the report;
+#   - the BPF programs appear, by name;
+#   - zero "no text" decode errors;
+#   - zero guard misses;
+#   - the domain still runs afterwards.
+#
+# usage: tests/vm/run-main-job.sh BUILD_DIR [--check] [--keep DIR]
+set -eu
+BUILD=$(cd "${1:?usage: run-main-job.sh BUILD_DIR [--check] [--keep DIR]}" && pwd)
+shift
+CHECK=0 KEEP=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --check) CHECK=1; shift ;;
+    --keep) KEEP=${2:?}; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+K=$BUILD/host/cli/kthost
+LV=$SRC/vm-images/libvirt/kthost-libvirt.sh
+NAME=kthost-main
+WORK=${KEEP:-$(mktemp -d /tmp/kthost-main-XXXXXX)}
+mkdir -p "$WORK"
+BUNDLE=$WORK/bundle
+rm -rf "$BUNDLE"
+TRACE=""
+say() { echo "main job: $*"; }
+cleanup() {
+  [ -z "$TRACE" ] || kill -INT "$TRACE" 2>/dev/null || true
+  "$LV" undefine "$NAME" >/dev/null 2>&1 || true
+  [ -n "$KEEP" ] || rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+g() { "$K" exec --domain "$NAME" --timeout 600 -- "$@"; }
+
+say "1. libvirtd"
+"$LV" start-daemon >/dev/null
+say "2. define and start domain $NAME (TCG, software PT plugin)"
+"$LV" undefine "$NAME" >/dev/null 2>&1 || true
+mkdir -p "$WORK/pt"
+"$LV" define "$BUILD/vm-image" --name "$NAME" --accel tcg \
+  --plugin "$BUILD/pt-plugin/ktpt.so,out=$WORK/pt,trigger=$WORK/pt-on" >/dev/null
+"$LV" start "$NAME" --timeout 300 >/dev/null
+
+say "3. kthost trace --domain $NAME -o $BUNDLE"
+"$K" trace --domain "$NAME" -o "$BUNDLE" >"$WORK/trace.log" 2>&1 &
+TRACE=$!
+i=0
+until g cat /run/ktguest.stats 2>/dev/null | grep -q '"guard_open":1'; do
+  i=$((i + 1))
+  if [ $i -ge 240 ] || ! kill -0 $TRACE 2>/dev/null; then cat "$WORK/trace.log" >&2; exit 1; fi
+  sleep 0.5
+done
+say "   workload: syscalls, 30 BPF programs (socket, xdp, fentry), 3 module cycles, a static key toggled"
+g 'i=0; while [ $i -lt 20 ]; do cat /proc/uptime >/dev/null; ls /proc >/dev/null; i=$((i+1)); done;
+   ktprobe bpf-stress --count 30 --kinds socket,xdp,fentry --out /tmp/bpf.txt >/tmp/bpf.json &&
+   for i in 1 2 3; do insmod /lib/kthost-test/dummy.ko && rmmod dummy || exit 1; done &&
+   echo 1 >/proc/sys/kernel/sched_schedstats && echo 0 >/proc/sys/kernel/sched_schedstats && cat /tmp/bpf.json'
+sleep 3
+kill -INT $TRACE
+wait $TRACE || { cat "$WORK/trace.log" >&2; exit 1; }
+TRACE=""
+tail -n 1 "$WORK/trace.log"
+
+say "4. kthost report $BUNDLE"
+"$K" report "$BUNDLE" --top 20 --quiet
+"$K" report "$BUNDLE" --json --top 1000000 --quiet >"$WORK/report.json"
+
+[ $CHECK = 1 ] || exit 0
+say "5. checks"
+state=$(virsh -q -c qemu:///system domstate "$NAME")
+python3 - "$WORK/report.json" "$BUNDLE/summary.json" "$BUNDLE/events.jsonl" "$state" <<'EOF'
+import json, sys
+report = json.load(open(sys.argv[1]))
+summary = json.load(open(sys.argv[2]))
+events = [json.loads(l) for l in open(sys.argv[3])]
+state = sys.argv[4].strip()
+names = {f["name"]: f for f in report["functions"]}
+failures = []
+def check(ok, what):
+    print(("ok    " if ok else "FAIL  ") + what)
+    if not ok:
+        failures.append(what)
+for fn in ("uptime_proc_show", "iterate_dir", "bpf_prog_load", "load_module", "free_module", "static_key_enable"):
+    f = names.get(fn)
+    check(f is not None and f["insns"] > 0, f"workload function {fn} in the report ({f['insns'] if f else 0} instructions)")
+bpf = [n for n in names if "_kts_" in n]
+check(len(bpf) > 0, f"BPF programs in the report by name: {len(bpf)} (e.g. {bpf[:2]})")
+pokes = sum(1 for e in events if e.get("kind") == "text_poke")
+check(pokes > 0, f"text pokes recorded: {pokes}")
+err = report["errors"]
+check(err["no_text"] == 0, f"no 'no text' decode errors: {err['no_text']} (examples: {[e for e in err.get('examples', []) if e['kind'] == 'no_text'][:3]})")
+print(f"      other decode errors: desync {err['desync']}, overflow {err['overflow']}, other {err['other']}; "
+      f"{report['insns']} instructions decoded")
+check(summary.get("lost_guard_miss", 1) == 0 and summary.get("holds_failed", 1) == 0,
+      f"zero guard misses ({summary.get('holds', 0)} holds, {summary.get('lost_guard_miss')} missed, {summary.get('holds_failed')} failed)")
+check(summary.get("pt_source") == "software" and summary.get("pt_bytes", 0) > 0,
+      f"PT from the software source: {summary.get('pt_bytes', 0)} bytes")
+check(state == "running", f"domain still running after the trace: {state}")
+sys.exit(1 if failures else 0)
+EOF
