@@ -6,6 +6,8 @@
 // with the ratios. Targets: one thread >= 3x the baseline, two cores >= 1.7x one.
 //   bench_decode [--insns MILLIONS] [--cpus N] [--threads N] [--write-bundle DIR]
 // --write-bundle also writes the trace as a bundle (for kthost report/diff).
+#include <time.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -75,6 +77,26 @@ Code generate() {
 }
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// CPU seconds of the whole process: on a shared machine the parallel
+// speedup is bounded by the cores others leave free, so the benchmark also
+// shows whether the parallel decode costs more CPU than the sequential one.
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+std::string load_average() {
+  FILE* f = std::fopen("/proc/loadavg", "r");
+  char buf[64] = "?";
+  if (f) {
+    if (!std::fgets(buf, sizeof buf, f)) buf[0] = 0;
+    std::fclose(f);
+  }
+  std::string s(buf);
+  return s.substr(0, s.find(' '));
+}
 
 }  // namespace
 
@@ -151,15 +173,18 @@ int main(int argc, char** argv) {
     base_insns += *n;
   }
   double base_s = now() - t0;
+  double one_cpu = 0, all_cpu = 0;
   auto ours = [&](unsigned n) -> std::pair<double, uint64_t> {
     kt::DecodeOptions o;
     o.threads = n;
+    double c = cpu_seconds();
     double s = now();
     auto p = kt::decode_profile(pt, image, symbols, o);
     if (!p) {
       std::fprintf(stderr, "%s\n", p.error().message.c_str());
       std::exit(2);
     }
+    (n == 1 ? one_cpu : all_cpu) = cpu_seconds() - c;
     return {now() - s, p->insns};
   };
   auto [one_s, one_insns] = ours(1);
@@ -172,6 +197,8 @@ int main(int argc, char** argv) {
               one_rate / 1e6, one_s, static_cast<unsigned long long>(one_insns), one_rate / base_rate);
   std::printf("kthost decoder, %u threads:            %8.1f M insns/s  (%.2f s, %llu instructions)  %.2fx one thread (target 1.7x on 2 cores)\n",
               threads, all_rate / 1e6, all_s, static_cast<unsigned long long>(all_insns), all_rate / one_rate);
+  std::printf("CPU time: 1 thread %.2f s, %u threads %.2f s (%.2fx: parallel overhead; load average now %s)\n", one_cpu,
+              threads, all_cpu, all_cpu / one_cpu, load_average().c_str());
   bool exact = base_insns == expected && one_insns == expected && all_insns == expected;
   std::printf("instruction counts %s the generated %llu\n", exact ? "all equal" : "DIFFER from",
               static_cast<unsigned long long>(expected));
