@@ -105,6 +105,9 @@ int run(const std::vector<std::string>& args) {
                 opt.positionals().at(0).c_str(), pt.size(), analysis->bundle.events.size(),
                 analysis->bundle.text.records.size(), static_cast<unsigned long>(st.versions),
                 static_cast<unsigned long>(st.pokes), static_cast<unsigned long>(st.pokes_unmapped));
+    if (st.poke_quantum)
+      std::printf("note: %lu pokes need more text versions than libipt holds: pokes within %lu PT time units share one\n",
+                  static_cast<unsigned long>(st.pokes), static_cast<unsigned long>(st.poke_quantum));
     if (!analysis->bundle.losses.empty()) {
       std::string l;
       for (const auto& [k, v] : analysis->bundle.losses) l += " " + k + "=" + std::to_string(v);

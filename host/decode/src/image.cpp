@@ -17,6 +17,7 @@ namespace kt {
 namespace {
 constexpr uint64_t kSmallMapping = 64 * 1024;  // pokes copy the whole mapping up to this size
 constexpr uint64_t kPage = 4096;
+constexpr size_t kMaxVersions = 60000;
 }  // namespace
 
 VersionedImage::VersionedImage() = default;
@@ -54,16 +55,7 @@ uint32_t VersionedImage::add_version(uint64_t start, const uint8_t* bytes, uint6
   return static_cast<uint32_t>(versions_.size() - 1);
 }
 
-Status VersionedImage::finalize(uint64_t max_bytes) {
-  std::stable_sort(mappings_.begin(), mappings_.end(),
-                   [](const Mapping& a, const Mapping& b) { return a.begin < b.begin; });
-  std::stable_sort(pokes_.begin(), pokes_.end(), [](const Poke& a, const Poke& b) { return a.time < b.time; });
-  stats_.mappings = mappings_.size();
-  stats_.pokes = pokes_.size();
-  uint64_t total = 0;
-  for (const auto& m : mappings_) total += m.bytes.size();
-  if (total > max_bytes) return Error(ErrorCode::LimitExceeded, "text image over " + human_bytes(max_bytes));
-  data_.reserve(total + mappings_.size() * kPage);
+void VersionedImage::apply_pokes(uint64_t quantum) {
   std::vector<uint32_t> latest(mappings_.size());  // the newest whole version of each mapping
   for (uint32_t i = 0; i < mappings_.size(); ++i) {
     const auto& m = mappings_[i];
@@ -94,7 +86,14 @@ Status VersionedImage::finalize(uint64_t max_bytes) {
       stats_.pokes_old_mismatch++;
     std::memcpy(cur.data() + off, p.new_bytes.data(), n);
     uint64_t t = std::max(p.time, m.begin);
+    // The newest version of this text began within the quantum: it takes the poke.
+    auto merge = [&](TextVersion& v, const uint8_t* bytes) {
+      if (t != v.begin && (quantum == 0 || t - v.begin >= quantum)) return false;
+      std::memcpy(data_.data() + v.data_offset, bytes, v.size);
+      return true;
+    };
     if (cur.size() <= kSmallMapping) {
+      if (merge(versions_[latest[best]], cur.data())) continue;
       versions_[latest[best]].end = t;
       latest[best] = add_version(m.start, cur.data(), cur.size(), t, m.end, best, false, "poke");
       continue;
@@ -102,9 +101,40 @@ Status VersionedImage::finalize(uint64_t max_bytes) {
     for (uint64_t page = (p.addr & ~(kPage - 1)); page < p.addr + n; page += kPage) {
       uint64_t lo = std::max(page, m.start), hi = std::min(page + kPage, m.start + cur.size());
       auto key = std::make_pair(static_cast<uint32_t>(best), page);
-      if (auto old = pages.find(key); old != pages.end()) versions_[old->second].end = t;
+      auto old = pages.find(key);
+      if (old != pages.end()) {
+        if (merge(versions_[old->second], cur.data() + (lo - m.start))) continue;
+        versions_[old->second].end = t;
+      }
       pages[key] = add_version(lo, cur.data() + (lo - m.start), hi - lo, t, m.end, best, true, "poke");
     }
+  }
+}
+
+Status VersionedImage::finalize(uint64_t max_bytes) {
+  std::stable_sort(mappings_.begin(), mappings_.end(),
+                   [](const Mapping& a, const Mapping& b) { return a.begin < b.begin; });
+  std::stable_sort(pokes_.begin(), pokes_.end(), [](const Poke& a, const Poke& b) { return a.time < b.time; });
+  stats_.mappings = mappings_.size();
+  stats_.pokes = pokes_.size();
+  uint64_t total = 0;
+  for (const auto& m : mappings_) total += m.bytes.size();
+  if (total > max_bytes) return Error(ErrorCode::LimitExceeded, "text image over " + human_bytes(max_bytes));
+  data_.reserve(total + mappings_.size() * kPage);
+  // libipt's section cache holds at most 65535 sections: when the pokes need
+  // more versions, pokes to the same text within a time quantum share one
+  // (the quantum grows until they fit, and the report shows it).
+  for (uint64_t quantum = 0;; quantum = quantum ? quantum * 4 : 1024) {
+    versions_.clear();
+    data_.clear();
+    stats_.pokes_unmapped = stats_.pokes_old_mismatch = 0;
+    apply_pokes(quantum);
+    if (versions_.size() <= kMaxVersions) {
+      stats_.poke_quantum = quantum;
+      break;
+    }
+    if (quantum > (uint64_t{1} << 40))
+      return Error(ErrorCode::LimitExceeded, std::to_string(versions_.size()) + " text versions do not fit libipt's cache");
   }
   stats_.versions = versions_.size();
   stats_.bytes = data_.size();

@@ -43,6 +43,7 @@ struct TextVersion {
 struct ImageStats {
   uint64_t mappings = 0, versions = 0, pokes = 0, pokes_unmapped = 0, pokes_old_mismatch = 0;
   uint64_t bytes = 0;
+  uint64_t poke_quantum = 0;  // 0: every poke at its own time; else pokes this close share a version
 };
 
 class VersionedImage {
@@ -90,6 +91,7 @@ class VersionedImage {
     std::vector<uint8_t> old_bytes, new_bytes;
     uint64_t time;
   };
+  void apply_pokes(uint64_t quantum);
   uint32_t add_version(uint64_t start, const uint8_t* bytes, uint64_t size, uint64_t begin, uint64_t end,
                        uint32_t mapping, bool overlay, const std::string& origin);
   std::vector<Mapping> mappings_;
