@@ -251,6 +251,27 @@ TEST_F(DecodeTest, ParallelDecodeEqualsSequential) {
   EXPECT_EQ(insns_of(one, a.symbols, "g_func"), 2u * 200 * 3);
 }
 
+// Module text without a kallsyms symbol still counts for its module.
+TEST_F(DecodeTest, UnnamedModuleTextCountsForItsModule) {
+  constexpr uint64_t kMod = 0xffffffffc0200000ull;
+  auto b = core_bundle();
+  b.modules = "dummy 4096 0 - Live 0xffffffffc0200000\n";
+  b.text.push_back(test::text_record(TextSource::Load, 10, kMod, {0x90, 0x90, 0xc3}, "dummy"));
+  test::PtWriter w;
+  w.psb(100);
+  test::walk(w, {{kMod, {1, test::SimInsn::Other, 0}}, {kMod + 1, {1, test::SimInsn::Other, 0}},
+                 {kMod + 2, {1, test::SimInsn::Ret, 0}}},
+             kMod, [](uint64_t) { return false; });
+  b.pt[0] = w.finish();
+  Analysis a = open(b);
+  Profile p = decode(a);
+  ASSERT_EQ(p.functions.size(), 1u);
+  const auto& f = a.symbols.function(p.functions.begin()->first);
+  EXPECT_EQ(f.name, "[unknown]");
+  EXPECT_EQ(f.module, "dummy");
+  EXPECT_EQ(p.functions.begin()->second.insns, 3u);
+}
+
 TEST_F(DecodeTest, SplitAtPsbFindsEveryPieceWithItsTime) {
   test::PtWriter w;
   w.psb(7);

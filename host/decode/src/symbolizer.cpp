@@ -64,6 +64,18 @@ void Symbolizer::finalize() {
   std::stable_sort(static_order_.begin(), static_order_.end(), by_start);
   std::stable_sort(dynamic_order_.begin(), dynamic_order_.end(), by_start);
   std::sort(modules_.begin(), modules_.end(), [](const ModuleRange& a, const ModuleRange& b) { return a.start < b.start; });
+  // Addresses in a module without a symbol still count for that module.
+  module_unknown_.clear();
+  for (const auto& m : modules_) {
+    FunctionInfo f;
+    f.start = m.start;
+    f.end = m.end;
+    f.name = "[unknown]";
+    f.module = m.name;
+    functions_.push_back(std::move(f));
+    dynamic_.push_back(false);
+    module_unknown_.push_back(static_cast<uint32_t>(functions_.size() - 1));
+  }
 }
 
 uint32_t Symbolizer::lookup(uint64_t ip, uint64_t time) const {
@@ -85,7 +97,14 @@ uint32_t Symbolizer::lookup(uint64_t ip, uint64_t time) const {
     --st;
     if (ip < functions_[*st].end) return *st;
   }
-  return fallback;
+  if (fallback != kUnknown) return fallback;
+  auto m = std::upper_bound(modules_.begin(), modules_.end(), ip,
+                            [](uint64_t x, const ModuleRange& r) { return x < r.start; });
+  if (m != modules_.begin()) {
+    --m;
+    if (ip < m->end) return module_unknown_[static_cast<size_t>(m - modules_.begin())];
+  }
+  return kUnknown;
 }
 
 std::string Symbolizer::module_of(uint64_t ip) const {

@@ -69,6 +69,7 @@ class Symbolizer {
     uint64_t start, end;
   };
   std::vector<ModuleRange> modules_;
+  std::vector<uint32_t> module_unknown_;  // per module: its "[unknown]" function
   uint64_t stext_ = 0;
   std::unique_ptr<DwarfLines> dwarf_;
 };
