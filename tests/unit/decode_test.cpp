@@ -251,6 +251,33 @@ TEST_F(DecodeTest, ParallelDecodeEqualsSequential) {
   EXPECT_EQ(insns_of(one, a.symbols, "g_func"), 2u * 200 * 3);
 }
 
+// A PSB in the middle of f_func: the second piece starts inside a call
+// whose caller it never saw. Stitched in order, the stacks are those of the
+// whole trace decoded as one piece, on one thread or several.
+TEST_F(DecodeTest, StacksAreStitchedAcrossPieces) {
+  auto b = core_bundle();
+  test::PtWriter w;
+  w.psb(100);
+  w.pge(kMain);              // xor, call f_func, nop; the ret needs the next piece
+  w.psb_at(200, kF + 1);     // tracing on, at f_func's ret
+  w.tip(kMain + 7);          // ret
+  w.tnt(true);               // jne taken: call f_func again
+  w.tip(kMain + 7);
+  w.tnt(true);
+  w.tip(kMain + 7);
+  w.tnt(false);
+  w.pgd(test::kUserAddress);  // main_func's ret
+  b.pt[0] = w.finish();
+  Analysis a = open(b);
+  for (unsigned threads : {1u, 2u}) {
+    Profile p = decode(a, threads);
+    EXPECT_EQ(p.pieces, 2u);
+    EXPECT_TRUE(p.error_counts.empty());
+    EXPECT_EQ(p.insns, 20u);
+    EXPECT_EQ(folded_stacks(p, a.symbols), "main_func 14\nmain_func;f_func 6\n");
+  }
+}
+
 // Module text without a kallsyms symbol still counts for its module.
 TEST_F(DecodeTest, UnnamedModuleTextCountsForItsModule) {
   constexpr uint64_t kMod = 0xffffffffc0200000ull;

@@ -35,6 +35,15 @@ class PtWriter {
     this->tsc(tsc);
     simple(ppt_psbend);
   }
+  // PSB+ while tracing is on at `ip` (the next instruction): PSB, MODE.Exec, TSC, FUP, PSBEND.
+  void psb_at(uint64_t tsc, uint64_t ip) {
+    flush_tnt();
+    simple(ppt_psb);
+    mode64();
+    this->tsc(tsc);
+    ip_packet(ppt_fup, ip);
+    simple(ppt_psbend);
+  }
   void tsc(uint64_t t) {
     flush_tnt();
     pt_packet p{};

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "piece_decoder.h"
 
@@ -56,6 +57,75 @@ std::vector<Piece> split_at_psb(uint32_t cpu, const std::vector<uint8_t>& pt) {
   if (!pieces.empty()) pieces.back().end = pt.size();
   return pieces;
 }
+
+namespace {
+
+// A piece's stack rooted at a marker continues the stack the previous piece
+// of its CPU ended with: the marker's count of frames popped below the
+// piece's first function, and that function, replace the top of `prefix`.
+std::vector<uint32_t> stitch(const std::vector<uint32_t>& prefix, const std::vector<uint32_t>& path) {
+  if (path.empty() || path[0] == UINT32_MAX || !(path[0] & kStackMarker)) return path;
+  size_t popped = 1 + (path[0] & ~kStackMarker);
+  size_t keep = prefix.size() > popped ? prefix.size() - popped : 0;
+  std::vector<uint32_t> out(prefix.begin(), prefix.begin() + static_cast<long>(keep));
+  out.insert(out.end(), path.begin() + 1, path.end());
+  if (out.size() > 512) out.erase(out.begin(), out.end() - 512);  // bounded, like the stacks themselves
+  return out;
+}
+
+struct StackKey {
+  size_t decoder;
+  uint32_t prefix, node;
+  bool operator==(const StackKey& o) const { return decoder == o.decoder && prefix == o.prefix && node == o.node; }
+};
+struct StackKeyHash {
+  size_t operator()(const StackKey& k) const {
+    return std::hash<uint64_t>()((uint64_t{k.prefix} << 32 | k.node) * 31 + k.decoder);
+  }
+};
+
+// Folded stacks from every piece, stitched per CPU in stream order.
+void stitch_stacks(std::vector<PieceStacks>& pieces, const std::vector<std::unique_ptr<PieceDecoder>>& decoders,
+                   Profile& out) {
+  std::sort(pieces.begin(), pieces.end(), [](const PieceStacks& a, const PieceStacks& b) {
+    return a.cpu != b.cpu ? a.cpu < b.cpu : a.begin < b.begin;
+  });
+  std::map<std::vector<uint32_t>, uint32_t> prefix_ids;
+  std::vector<const std::vector<uint32_t>*> prefixes;
+  std::unordered_map<StackKey, uint64_t, StackKeyHash> counts;
+  std::vector<uint32_t> prefix, path;
+  uint32_t cpu = UINT32_MAX;
+  for (const auto& p : pieces) {
+    if (p.cpu != cpu) {
+      cpu = p.cpu;
+      prefix.clear();
+    }
+    const PieceDecoder& d = *decoders[p.decoder];
+    uint32_t pid = UINT32_MAX;
+    for (const auto& [node, n] : p.nodes) {
+      uint32_t key_prefix = 0;
+      if (d.root_marker(node)) {
+        if (pid == UINT32_MAX) {
+          auto [it, fresh] = prefix_ids.try_emplace(prefix, static_cast<uint32_t>(prefixes.size()));
+          if (fresh) prefixes.push_back(&it->first);
+          pid = it->second;
+        }
+        key_prefix = pid + 1;
+      }
+      counts[{p.decoder, key_prefix, node}] += n;
+    }
+    if (p.final_node != UINT32_MAX) {
+      d.path_of(p.final_node, path);
+      prefix = stitch(prefix, path);
+    }
+  }
+  for (const auto& [k, n] : counts) {
+    decoders[k.decoder]->path_of(k.node, path);
+    out.stacks[k.prefix ? stitch(*prefixes[k.prefix - 1], path) : path] += n;
+  }
+}
+
+}  // namespace
 
 Result<Profile> decode_profile(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
                                const Symbolizer& symbols, const DecodeOptions& options) {
@@ -135,7 +205,9 @@ Result<Profile> decode_profile(const std::map<uint32_t, std::vector<uint8_t>>& p
   Profile out;
   out.threads = threads;
   out.bytes = total_bytes;
-  for (const auto& d : decoders) d->merge_into(out);
+  std::vector<PieceStacks> stacks;
+  for (size_t i = 0; i < decoders.size(); ++i) decoders[i]->merge_into(out, i, stacks);
+  stitch_stacks(stacks, decoders, out);
   std::sort(out.errors.begin(), out.errors.end(), [](const DecodeErrorRecord& a, const DecodeErrorRecord& b) {
     return a.cpu != b.cpu ? a.cpu < b.cpu : a.offset < b.offset;
   });

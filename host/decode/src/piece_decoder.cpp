@@ -68,7 +68,7 @@ void PieceScratch::reset() {
 PieceDecoder::PieceDecoder(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
                            const Symbolizer& symbols, const DecodeOptions& options)
     : pt_(pt), image_(image), symbols_(symbols), options_(options), cursor_(image), cache_(size_t{1} << std::min(options.cache_bits, 24u)) {
-  nodes_.push_back({0, UINT32_MAX, 0});
+  nodes_.push_back({0, UINT32_MAX, 0, 0});
   for (PieceScratch* s : {&a_, &b_}) {
     s->fn_insns.assign(symbols.size(), 0);
     s->fn_calls.assign(symbols.size(), 0);
@@ -76,7 +76,6 @@ PieceDecoder::PieceDecoder(const std::map<uint32_t, std::vector<uint8_t>>& pt, c
   }
   fn_insns_.assign(symbols.size(), 0);
   fn_calls_.assign(symbols.size(), 0);
-  node_insns_.assign(1, 0);
 }
 
 uint32_t PieceDecoder::child(uint32_t parent, uint32_t fn) {
@@ -84,9 +83,9 @@ uint32_t PieceDecoder::child(uint32_t parent, uint32_t fn) {
   uint64_t key = (uint64_t{parent} << 32) | fn;
   auto [it, fresh] = children_.try_emplace(key, static_cast<uint32_t>(nodes_.size()));
   if (fresh) {
-    nodes_.push_back({parent, fn, nodes_[parent].depth + 1});
+    uint32_t marker = parent == 0 ? ((fn & kStackMarker) && fn != UINT32_MAX ? fn : 0) : nodes_[parent].marker;
+    nodes_.push_back({parent, fn, nodes_[parent].depth + 1, marker});
     for (PieceScratch* s : {&a_, &b_}) s->node_insns.push_back(0);
-    node_insns_.push_back(0);
   }
   return it->second;
 }
@@ -147,6 +146,14 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
   uint64_t now = piece.time;
   enum { kNone, kCall, kReturn, kPush } pending = kNone;
   uint32_t cur = 0;
+  // Until the trace is enabled in this piece, its stack continues the
+  // previous piece's: roots hang under a marker counting the frames popped.
+  uint32_t underflows = 0;
+  bool reset = false;
+  auto root_for = [&](uint32_t fn) {
+    return reset ? child(0, fn) : child(child(0, kStackMarker | std::min(underflows, 0xffffu)), fn);
+  };
+  auto is_root = [&](uint32_t n) { return n == 0 || (n != 0 && nodes_[n].fn != UINT32_MAX && (nodes_[n].fn & kStackMarker)); };
   auto record = [&](DecodeErrorKind kind, int code, uint64_t ip) {
     s.error_counts[kind]++;
     if (kind != DecodeErrorKind::Overflow) s.error_total++;
@@ -170,12 +177,14 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
         case ptev_overflow:
           record(DecodeErrorKind::Overflow, 0, ev.variant.overflow.ip);
           cur = 0;
+          reset = true;
           pending = kNone;
           break;
         case ptev_enabled:
         case ptev_disabled:
         case ptev_async_disabled:
           cur = 0;
+          reset = true;
           pending = kNone;
           break;
         case ptev_async_branch: pending = kPush; break;
@@ -188,6 +197,10 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
     if (status < 0) break;
     pt_block block{};
     status = pt_blk_next(dec, &block, sizeof block);
+    // At the end of a piece the block ends with the branch that needed the
+    // next packet: it runs after the next PSB, whose FUP points at it, so it
+    // belongs to the next piece (the stream's last piece: its outcome is unknown).
+    if (status == -pte_eos && block.ninsn > 0) block.ninsn--;
     if (block.ninsn > 0) {
       const CacheEntry& e = lookup(block.ip, block.end_ip, block.isid, block.iclass, now, s);
       uint32_t f = e.fn;
@@ -196,12 +209,19 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
         s.edges[(uint64_t{caller} << 32) | f]++;
         if (s.fn_insns[f] == 0 && s.fn_calls[f] == 0) s.fn_touched.push_back(f);
         s.fn_calls[f]++;
-        cur = child(cur, f);
+        cur = cur == 0 ? root_for(f) : child(cur, f);
       } else if (pending == kPush) {
-        cur = child(cur, f);
-      } else if (pending == kReturn && cur != 0) {
+        cur = cur == 0 ? root_for(f) : child(cur, f);
+      } else if (cur == 0) {
+        cur = root_for(f);
+      } else if (pending == kReturn) {
         uint32_t p = nodes_[cur].parent;
-        cur = (p != 0 && nodes_[p].fn == f) ? p : child(p == 0 ? 0 : nodes_[p].parent, f);
+        if (is_root(p)) {
+          if (!reset) ++underflows;  // returned below where the piece began
+          cur = root_for(f);
+        } else {
+          cur = nodes_[p].fn == f ? p : child(nodes_[p].parent, f);
+        }
       } else if (nodes_[cur].fn != f) {
         cur = child(nodes_[cur].parent, f);
       }
@@ -217,6 +237,7 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
       if (status == -pte_eos) break;
       record(classify_pt_error(status), status, block.ninsn ? block.end_ip : block.ip);
       cur = 0;
+      reset = true;
       pending = kNone;
       status = pt_blk_sync_forward(dec);  // the next PSB is the next piece's: this ends the piece
       continue;
@@ -226,6 +247,7 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
     if (pt_blk_time(dec, &tsc, &lost_mtc, &lost_cyc) >= 0) update_time(tsc);
   }
   s.t_end = now;
+  s.final_node = cur == 0 && !reset ? UINT32_MAX : cur;  // UINT32_MAX: no block, the stack is unchanged
   pt_blk_free_decoder(dec);
   return ok_status();
 }
@@ -256,12 +278,12 @@ Status PieceDecoder::decode(const Piece& piece) {
       b_.reset();
     }
   }
-  commit(piece.cpu, a_);
+  commit(piece.cpu, piece.begin, a_);
   a_.reset();
   return ok_status();
 }
 
-void PieceDecoder::commit(uint32_t cpu, PieceScratch& s) {
+void PieceDecoder::commit(uint32_t cpu, uint64_t piece_begin, PieceScratch& s) {
   auto& per_cpu = cpu_fn_insns_[cpu];
   if (per_cpu.empty()) per_cpu.assign(symbols_.size(), 0);
   for (uint32_t f : s.fn_touched) {
@@ -269,7 +291,13 @@ void PieceDecoder::commit(uint32_t cpu, PieceScratch& s) {
     fn_calls_[f] += s.fn_calls[f];
     per_cpu[f] += s.fn_insns[f];
   }
-  for (uint32_t n : s.node_touched) node_insns_[n] += s.node_insns[n];
+  PieceStacks ps;
+  ps.cpu = cpu;
+  ps.begin = piece_begin;
+  ps.final_node = s.final_node;
+  ps.nodes.reserve(s.node_touched.size());
+  for (uint32_t n : s.node_touched) ps.nodes.emplace_back(n, s.node_insns[n]);
+  pieces_.push_back(std::move(ps));
   for (const auto& [k, v] : s.edges) edges_[k] += v;
   total_.blocks_seen.insert(s.new_blocks.begin(), s.new_blocks.end());
   for (auto& e : s.errors)
@@ -281,7 +309,13 @@ void PieceDecoder::commit(uint32_t cpu, PieceScratch& s) {
   total_.pieces++;
 }
 
-void PieceDecoder::merge_into(Profile& out) const {
+void PieceDecoder::path_of(uint32_t node, std::vector<uint32_t>& path) const {
+  path.clear();
+  for (uint32_t x = node; x != 0; x = nodes_[x].parent) path.push_back(nodes_[x].fn);
+  std::reverse(path.begin(), path.end());
+}
+
+void PieceDecoder::merge_into(Profile& out, size_t index, std::vector<PieceStacks>& stacks) {
   out.insns += total_.insns;
   out.blocks += total_.blocks;
   out.pieces += total_.pieces;
@@ -295,14 +329,11 @@ void PieceDecoder::merge_into(Profile& out) const {
     for (uint32_t f = 0; f < v.size(); ++f)
       if (v[f]) out.cpu_functions[cpu][f] += v[f];
   for (const auto& [k, v] : edges_) out.edges[{static_cast<uint32_t>(k >> 32), static_cast<uint32_t>(k)}] += v;
-  std::vector<uint32_t> path;
-  for (uint32_t n = 1; n < nodes_.size(); ++n) {
-    if (!node_insns_[n]) continue;
-    path.clear();
-    for (uint32_t x = n; x != 0; x = nodes_[x].parent) path.push_back(nodes_[x].fn);
-    std::reverse(path.begin(), path.end());
-    out.stacks[path] += node_insns_[n];
+  for (auto& p : pieces_) {
+    p.decoder = index;
+    stacks.push_back(std::move(p));
   }
+  pieces_.clear();
   out.blocks_seen.insert(total_.blocks_seen.begin(), total_.blocks_seen.end());
   for (const auto& e : total_.errors) out.errors.push_back(e);
   for (const auto& [k, v] : total_.error_counts) out.error_counts[k] += v;

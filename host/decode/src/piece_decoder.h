@@ -11,6 +11,10 @@
 namespace kt {
 
 enum InsnClass : uint8_t { kClsOther = 0, kClsCall, kClsReturn, kClsJump, kClsCond };
+
+// A stack node whose fn has this bit is a marker: "the stack the piece began
+// with, less (fn & ~kStackMarker) frames popped below it".
+inline constexpr uint32_t kStackMarker = 0x80000000u;
 // The class of the x86-64 instruction at `p` (prefixes skipped).
 uint8_t classify_x86(const uint8_t* p, size_t n);
 DecodeErrorKind classify_pt_error(int code);
@@ -27,8 +31,19 @@ struct PieceScratch {
   std::vector<DecodeErrorRecord> errors;
   uint64_t error_total = 0;  // errors other than overflow
   uint64_t t_end = 0;        // PT time at the end of the piece
+  uint32_t final_node = 0;   // the stack at the end of the piece
   std::map<DecodeErrorKind, uint64_t> error_counts;
   void reset();
+};
+
+// One piece's stack counts, by the decoding thread's stack nodes, kept for
+// stitching the pieces of a CPU in order (decoder.cpp).
+struct PieceStacks {
+  uint32_t cpu = 0;
+  uint64_t begin = 0;
+  size_t decoder = 0;
+  std::vector<std::pair<uint32_t, uint64_t>> nodes;  // (node, instructions)
+  uint32_t final_node = 0;
 };
 
 class PieceDecoder {
@@ -37,8 +52,13 @@ class PieceDecoder {
                const Symbolizer& symbols, const DecodeOptions& options);
   // Decodes one piece (with candidate alignments when it has errors) and commits it.
   Status decode(const Piece& piece);
-  // Adds this thread's totals into `out` (stacks resolved to paths).
-  void merge_into(Profile& out) const;
+  // Adds this thread's totals into `out`, except stacks: those go to
+  // `stacks` (tagged with `index`) for stitch_stacks().
+  void merge_into(Profile& out, size_t index, std::vector<PieceStacks>& stacks);
+  // Root-to-leaf functions of a node; a marker, if any, comes first.
+  void path_of(uint32_t node, std::vector<uint32_t>& path) const;
+  // The marker at the root of a node's path (0: the path starts at a known-empty stack).
+  uint32_t root_marker(uint32_t node) const { return nodes_[node].marker; }
 
  private:
   struct CacheEntry {
@@ -48,10 +68,10 @@ class PieceDecoder {
     uint8_t cls = 0;
   };
   struct Node {
-    uint32_t parent, fn, depth;
+    uint32_t parent, fn, depth, marker;
   };
   Status run(const Piece& piece, int64_t shift, PieceScratch& s);
-  void commit(uint32_t cpu, PieceScratch& s);
+  void commit(uint32_t cpu, uint64_t piece_begin, PieceScratch& s);
   uint32_t child(uint32_t parent, uint32_t fn);
   const CacheEntry& lookup(uint64_t ip, uint64_t end_ip, int isid, int iclass, uint64_t time, PieceScratch& s);
 
@@ -66,8 +86,9 @@ class PieceDecoder {
   PieceScratch a_, b_;
   // Totals.
   Profile total_;
+  std::vector<PieceStacks> pieces_;
   std::map<uint32_t, std::vector<uint64_t>> cpu_fn_insns_;
-  std::vector<uint64_t> fn_insns_, fn_calls_, node_insns_;
+  std::vector<uint64_t> fn_insns_, fn_calls_;
   std::unordered_map<uint64_t, uint64_t> edges_;
 };
 
