@@ -12,8 +12,9 @@
 // earlier and later by the window, and the candidate with the fewest errors
 // (then the most instructions) is kept.
 //
-// Call stacks restart at each piece (a PSB carries no stack): folded stacks
-// and the call graph see calls and returns within pieces.
+// A PSB carries no call stack: each piece's stacks are rooted at where it
+// began and stitched, per CPU in stream order, onto the stack the previous
+// piece ended with.
 #pragma once
 
 #include <cstdint>
