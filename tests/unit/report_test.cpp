@@ -57,7 +57,11 @@ TEST_F(ReportTest, TextTableHasExactCountsAndShares) {
   EXPECT_NE(t.find("             6          3  26.09%            6            0  f_func"), std::string::npos) << t;
   EXPECT_NE(t.find("             3          0  13.04%            0            3  g_func"), std::string::npos) << t;
   EXPECT_NE(t.find("         3  main_func -> f_func"), std::string::npos) << t;
-  EXPECT_NE(t.find("kernel"), std::string::npos) << t;
+  // Blocks: main_func +0, +2 (after the taken jne), +7 (after each return),
+  // +0e (after the last jne); f_func +0; g_func +0.
+  EXPECT_NE(t.find("  kernel                          3 functions          6 blocks             23 instructions"),
+            std::string::npos) << t;
+  EXPECT_EQ(p_.blocks_seen.size(), 6u);
   o.cpu = 1;
   t = format_report_text(p_, a_->symbols, o);
   EXPECT_NE(t.find("             3          0 100.00%  g_func"), std::string::npos) << t;

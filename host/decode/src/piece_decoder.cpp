@@ -90,14 +90,18 @@ uint32_t PieceDecoder::child(uint32_t parent, uint32_t fn) {
   return it->second;
 }
 
-const PieceDecoder::CacheEntry& PieceDecoder::lookup(uint64_t ip, uint64_t end_ip, int isid, int iclass,
-                                                     uint64_t time, PieceScratch& s) {
+void PieceDecoder::forget_leaders() {
+  for (auto& e : cache_) e.leader_seen = false;
+}
+
+PieceDecoder::CacheEntry& PieceDecoder::lookup(uint64_t ip, uint64_t end_ip, int isid, int iclass, uint64_t time) {
   uint64_t h = (ip ^ (end_ip << 7) ^ (static_cast<uint64_t>(isid) * 0x9E3779B97F4A7C15ull)) * 0xff51afd7ed558ccdull;
   CacheEntry& e = cache_[(h >> 40) & (cache_.size() - 1)];
   if (e.ip == ip && e.end_ip == end_ip && e.isid == isid) return e;
   e.ip = ip;
   e.end_ip = end_ip;
   e.isid = isid;
+  e.leader_seen = false;
   e.fn = symbols_.lookup(ip, time);
   switch (iclass) {
     case ptic_call:
@@ -123,7 +127,6 @@ const PieceDecoder::CacheEntry& PieceDecoder::lookup(uint64_t ip, uint64_t end_i
       e.cls = classify_x86(buf, n);
     }
   }
-  s.new_blocks.emplace_back(e.fn, ip);
   return e;
 }
 
@@ -150,6 +153,10 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
   // previous piece's: roots hang under a marker counting the frames popped.
   uint32_t underflows = 0;
   bool reset = false;
+  // Coverage counts blocks that begin after a control transfer (or an event):
+  // where libipt splits a straight run for its own reasons (its block cache
+  // is shared by the threads) the run stays one block.
+  bool leader = true;
   auto root_for = [&](uint32_t fn) {
     return reset ? child(0, fn) : child(child(0, kStackMarker | std::min(underflows, 0xffffu)), fn);
   };
@@ -178,6 +185,7 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
           record(DecodeErrorKind::Overflow, 0, ev.variant.overflow.ip);
           cur = 0;
           reset = true;
+          leader = true;
           pending = kNone;
           break;
         case ptev_enabled:
@@ -185,9 +193,13 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
         case ptev_async_disabled:
           cur = 0;
           reset = true;
+          leader = true;
           pending = kNone;
           break;
-        case ptev_async_branch: pending = kPush; break;
+        case ptev_async_branch:
+          pending = kPush;
+          leader = true;
+          break;
         default: break;
       }
     }
@@ -202,8 +214,13 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
     // belongs to the next piece (the stream's last piece: its outcome is unknown).
     if (status == -pte_eos && block.ninsn > 0) block.ninsn--;
     if (block.ninsn > 0) {
-      const CacheEntry& e = lookup(block.ip, block.end_ip, block.isid, block.iclass, now, s);
+      CacheEntry& e = lookup(block.ip, block.end_ip, block.isid, block.iclass, now);
       uint32_t f = e.fn;
+      if (leader && !e.leader_seen) {
+        e.leader_seen = true;
+        s.new_blocks.emplace_back(f, block.ip);
+      }
+      leader = e.cls != kClsOther;
       if (pending == kCall) {
         uint32_t caller = nodes_[cur].fn == UINT32_MAX ? Symbolizer::kUnknown : nodes_[cur].fn;
         s.edges[(uint64_t{caller} << 32) | f]++;
@@ -265,6 +282,7 @@ Status PieceDecoder::decode(const Piece& piece) {
                                [&](uint32_t v, uint64_t t) { return versions[v].begin < t; });
     if (it != order.end() && versions[*it].begin <= hi && versions[*it].begin != 0) {
       total_.alignment_retries++;
+      forget_leaders();  // the trials must each see their own blocks
       bool fixed = false;
       for (int64_t shift : {-static_cast<int64_t>(w), static_cast<int64_t>(w)}) {
         b_.reset();
@@ -276,6 +294,7 @@ Status PieceDecoder::decode(const Piece& piece) {
       }
       if (fixed) total_.alignment_fixed++;
       b_.reset();
+      forget_leaders();  // a discarded trial may have marked blocks
     }
   }
   commit(piece.cpu, piece.begin, a_);

@@ -66,6 +66,7 @@ class PieceDecoder {
     int isid = -1;
     uint32_t fn = 0;
     uint8_t cls = 0;
+    bool leader_seen = false;  // counted for coverage by this thread already
   };
   struct Node {
     uint32_t parent, fn, depth, marker;
@@ -73,7 +74,8 @@ class PieceDecoder {
   Status run(const Piece& piece, int64_t shift, PieceScratch& s);
   void commit(uint32_t cpu, uint64_t piece_begin, PieceScratch& s);
   uint32_t child(uint32_t parent, uint32_t fn);
-  const CacheEntry& lookup(uint64_t ip, uint64_t end_ip, int isid, int iclass, uint64_t time, PieceScratch& s);
+  CacheEntry& lookup(uint64_t ip, uint64_t end_ip, int isid, int iclass, uint64_t time);
+  void forget_leaders();
 
   const std::map<uint32_t, std::vector<uint8_t>>& pt_;
   const VersionedImage& image_;
