@@ -29,6 +29,7 @@ struct ktg_slot {
 	enum ktg_slot_state state;
 	int outcome; /* enum ktg_outcome; read without the lock by spinners */
 	struct ktguard_notice notice;
+	wait_queue_head_t wq; /* its holder sleeps here: an ack wakes only it */
 };
 
 static DEFINE_SPINLOCK(ktg_lock); /* guards slots, ktg_reader_open, ktg_next_id */
@@ -37,7 +38,8 @@ static bool ktg_reader_open;
 static bool ktg_stopping;
 static u64 ktg_next_id = 1;
 static DECLARE_WAIT_QUEUE_HEAD(ktg_reader_wq); /* reader: a notice is queued */
-static DECLARE_WAIT_QUEUE_HEAD(ktg_holder_wq); /* holders: an outcome is set */
+/* Wakes every holder (the reader went away, or ktguard is stopping). */
+static void ktg_wake_all_holders(void);
 static DECLARE_WAIT_QUEUE_HEAD(ktg_slot_wq);   /* sleeping frees waiting for a free slot */
 static atomic_t ktg_slots_used = ATOMIC_INIT(0);
 
@@ -144,7 +146,7 @@ static int ktg_wait(struct ktg_slot *slot, enum ktg_hold_method method)
 	if (method == KTG_HOLD_SLEEP) {
 		/* Not interruptible: a fatal signal in the freeing task must not
 		 * shorten the hold, and the timeout bounds it anyway. */
-		wait_event_timeout(ktg_holder_wq, READ_ONCE(slot->outcome) != OUT_WAITING,
+		wait_event_timeout(slot->wq, READ_ONCE(slot->outcome) != OUT_WAITING,
 				   msecs_to_jiffies(ms));
 	} else {
 		u64 deadline;
@@ -232,7 +234,7 @@ static int ktg_close(struct inode *inode, struct file *file)
 	ktg_reader_open = false;
 	ktg_abandon_all_locked();
 	spin_unlock_irqrestore(&ktg_lock, flags);
-	wake_up_all(&ktg_holder_wq);
+	ktg_wake_all_holders();
 	return 0;
 }
 
@@ -305,8 +307,8 @@ static ssize_t ktg_read(struct file *file, char __user *buf, size_t len, loff_t 
 
 static void ktg_apply_ack(const struct ktguard_ack *ack)
 {
+	struct ktg_slot *found = NULL;
 	unsigned long flags;
-	bool found = false;
 	int i;
 
 	spin_lock_irqsave(&ktg_lock, flags);
@@ -316,13 +318,15 @@ static void ktg_apply_ack(const struct ktguard_ack *ack)
 		if (s->state != SLOT_FREE && s->notice.id == ack->id &&
 		    READ_ONCE(s->outcome) == OUT_WAITING) {
 			WRITE_ONCE(s->outcome, ack->status ? OUT_HOST_ERROR : OUT_ACKED);
-			found = true;
+			found = s;
 			break;
 		}
 	}
 	spin_unlock_irqrestore(&ktg_lock, flags);
+	/* The slot array is static, so its wait queue outlives any reuse; a
+	 * reused slot's new holder just re-checks its outcome. */
 	if (found)
-		wake_up_all(&ktg_holder_wq);
+		wake_up(&found->wq);
 	else
 		atomic64_inc(&ktg_stats.stale_acks);
 }
@@ -365,8 +369,20 @@ static struct miscdevice ktg_misc = {
 	.mode = 0600,
 };
 
+static void ktg_wake_all_holders(void)
+{
+	int i;
+
+	for (i = 0; i < KTG_SLOTS; i++)
+		wake_up_all(&ktg_slots[i].wq);
+}
+
 int ktg_chan_init(void)
 {
+	int i;
+
+	for (i = 0; i < KTG_SLOTS; i++)
+		init_waitqueue_head(&ktg_slots[i].wq);
 	return misc_register(&ktg_misc);
 }
 
@@ -378,7 +394,7 @@ void ktg_chan_stop(void)
 	ktg_stopping = true;
 	ktg_abandon_all_locked();
 	spin_unlock_irqrestore(&ktg_lock, flags);
-	wake_up_all(&ktg_holder_wq);
+	ktg_wake_all_holders();
 	wake_up_all(&ktg_slot_wq);
 	wake_up_interruptible_all(&ktg_reader_wq);
 }

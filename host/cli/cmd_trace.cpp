@@ -188,14 +188,15 @@ Status write_initial_snapshot(PageWalker& walker, const KernelLayout& layout, co
 // The PT source for --pt: hardware where this machine has everything for it
 // (kthost doctor's checks) and the guest runs under KVM; else the TCG plugin
 // where the guest's QEMU runs it; else a clear error.
-Result<std::unique_ptr<PtCapture>> open_pt(const std::string& choice, Target& target, const std::string& out_dir) {
+Result<std::unique_ptr<PtCapture>> open_pt(const std::string& choice, Target& target, const std::string& out_dir,
+                                           const PtConfig& config) {
   if (choice == "none") return std::unique_ptr<PtCapture>();
   std::string why_not_hw;
   if (choice == "auto" || choice == "hardware") {
     for (const auto& c : check_hardware_pt_requirements(live_system_roots()))
       if (!c.ok && why_not_hw.empty()) why_not_hw = c.name + ": " + c.detail;
     if (why_not_hw.empty() && target.vm.accel != "kvm") why_not_hw = "the guest runs under " + target.vm.accel + ", not KVM";
-    if (why_not_hw.empty()) return PtCapture::hardware(*target.monitor, out_dir + "/pt-hw");
+    if (why_not_hw.empty()) return PtCapture::hardware(*target.monitor, out_dir + "/pt-hw", config);
     if (choice == "hardware")
       return Error(ErrorCode::Unsupported, "no hardware PT: " + why_not_hw + " (kthost doctor says how to fix it)");
   }
@@ -213,6 +214,10 @@ int run(const std::vector<std::string>& args) {
   opt.value("backend", "NAME", "guest memory backend: auto (default), mmap, process");
   opt.value("pt", "SOURCE", "PT source: auto (default: hardware where doctor allows it, else the TCG plugin), "
                             "hardware, software, none");
+  opt.value("pt-psb", "N", "hardware PT: a PSB every 2^(11+N) bytes (default 4 KiB where the CPU lists it)");
+  opt.value("pt-mtc", "N", "hardware PT: MTC every 2^N crystal ticks (default 3); \"off\" for none");
+  opt.value("pt-cyc", "N", "hardware PT: cycle-accurate mode with CYC threshold N (default off)");
+  opt.flag("pt-no-tsc", "hardware PT: no TSC packets");
   opt.flag("no-guard", "do not answer ktguard: unloads are saved best effort from unregister events");
   opt.flag("json", "print the summary as JSON on stdout");
   std::vector<std::string> a = args;
@@ -253,7 +258,31 @@ int run(const std::vector<std::string>& args) {
   }
   PageWalker walker(*memory, layout.paging);
 
-  auto pt = open_pt(pt_choice, *target, *out_dir);
+  PtConfig pt_config;
+  {
+    auto number = [&](const char* name, unsigned max) -> Result<std::optional<unsigned>> {
+      auto v = opt.get(name);
+      if (!v || *v == "off") return std::optional<unsigned>();
+      auto n = parse_u64(*v);
+      if (!n || *n > max)
+        return Error(ErrorCode::InvalidArgument, std::string("--") + name + " takes 0.." + std::to_string(max));
+      return std::optional<unsigned>(static_cast<unsigned>(*n));
+    };
+    auto psb = number("pt-psb", 15), mtc = number("pt-mtc", 15), cyc = number("pt-cyc", 15);
+    for (auto* r : {&psb, &mtc, &cyc})
+      if (!*r) return fail(kName, r->error());
+    pt_config.psb_period = *psb;
+    if (opt.get("pt-mtc")) {
+      pt_config.mtc = mtc->has_value();
+      if (*mtc) pt_config.mtc_period = **mtc;
+    }
+    if (*cyc) {
+      pt_config.cyc = true;
+      pt_config.cyc_threshold = **cyc;
+    }
+    pt_config.tsc = !opt.has("pt-no-tsc");
+  }
+  auto pt = open_pt(pt_choice, *target, *out_dir, pt_config);
   if (!pt) return fail(kName, pt.error());
   // The bundle (docs/BUNDLE.md). Its clock is set when the guest says hello.
   BundleClock clock;
@@ -416,7 +445,15 @@ int run(const std::vector<std::string>& args) {
   }
   summary["pt_bytes"] = *pt ? (*pt)->total_bytes() : 0;
   if (*pt)
-    for (const auto& s : (*pt)->stats()) summary["pt_bytes_per_cpu"][std::to_string(s.cpu)] = s.bytes;
+    for (const auto& s : (*pt)->stats()) {
+      summary["pt_bytes_per_cpu"][std::to_string(s.cpu)] = s.bytes;
+      if (s.ring)  // hardware: what the kernel says it could not keep
+        summary["pt_aux"][std::to_string(s.cpu)] = {
+            {"records", s.ring->aux_records},  {"truncated", s.ring->truncated},
+            {"partial", s.ring->partial},      {"collision", s.ring->collision},
+            {"lost_records", s.ring->lost_records}, {"lost_events", s.ring->lost_events},
+            {"malformed_records", s.ring->malformed_records}};
+    }
   if (auto st = write_file_atomic(*out_dir + "/summary.json", summary.dump(2) + "\n"); !st)
     return fail(kName, st.error());
   if (!flushed) return fail(kName, flushed.error());

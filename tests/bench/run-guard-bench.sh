@@ -16,7 +16,7 @@ K=$BUILD/host/cli/kthost
 STATE=$(mktemp -d /tmp/kthost-guard-bench-XXXXXX)
 trap '"$SRC/vm-images/ktvm" stop --vm "$STATE/vm/vm.json" >/dev/null 2>&1 || true; kill $TRACE 2>/dev/null || true; rm -rf "$STATE"' EXIT
 TRACE=""
-g() { "$K" exec --vm "$STATE/vm/vm.json" --timeout 900 -- "$@"; }
+g() { "$K" exec --vm "$STATE/vm/vm.json" --timeout 600 -- "$@"; }
 
 echo "guard bench: booting a TCG guest (2 vCPUs, 1 GiB)"
 "$SRC/vm-images/ktvm" start --image "$BUILD/vm-image" --state-dir "$STATE/vm" --name guardbench --mem 1G --smp 2 >/dev/null
@@ -25,27 +25,26 @@ g test -d /sys/module/ktguard || { echo "guard bench: the image has no ktguard" 
 MOD="--count 50 --module /lib/kthost-test/dummy.ko --name dummy"
 BPF="--count 1000 --kinds socket,xdp,tracepoint,kprobe --out /tmp/b.txt"
 TRAMP="--count 40 --kinds fentry,fexit --seed 2 --out /tmp/t.txt"
+# Each phase runs in the guest as one command (one exec connection), its
+# results separated by marker lines.
+section() { echo "$1" | sed -n "/^== $2\$/,/^== /p" | sed '1d;/^== /d'; }
 
 echo "guard bench: without the guard (no host attached: frees are not held)"
-off_mod=$(g ktprobe module-cycle $MOD)
-off_bpf=$(g ktprobe bpf-stress $BPF)
-sleep 3
+off=$(g "echo '== mod'; ktprobe module-cycle $MOD; echo '== bpf'; ktprobe bpf-stress $BPF; sleep 3; echo '== end'")
+off_mod=$(section "$off" mod) off_bpf=$(section "$off" bpf)
 
 echo "guard bench: with the guard (kthost trace attached)"
 "$K" trace --vm "$STATE/vm/vm.json" -o "$STATE/trace" --pt none >"$STATE/trace.log" 2>&1 &
 TRACE=$!
 i=0
-until g cat /run/ktguest.stats 2>/dev/null | grep -q '"guard_open":1'; do
+until "$K" exec --vm "$STATE/vm/vm.json" --timeout 20 -- cat /run/ktguest.stats 2>/dev/null | grep -q '"guard_open":1'; do
   i=$((i + 1)); [ $i -lt 120 ] || { cat "$STATE/trace.log"; exit 1; }; sleep 0.5
 done
-g 'echo reset >/sys/module/ktguard/parameters/hold_hist'
-before=$(g cat /sys/module/ktguard/parameters/stats)
-on_mod=$(g ktprobe module-cycle $MOD)
-on_bpf=$(g ktprobe bpf-stress $BPF)
-on_tramp=$(g ktprobe bpf-stress $TRAMP)
-sleep 5
-hist=$(g cat /sys/module/ktguard/parameters/hold_hist)
-after=$(g cat /sys/module/ktguard/parameters/stats)
+on=$(g "echo reset >/sys/module/ktguard/parameters/hold_hist; echo '== before'; cat /sys/module/ktguard/parameters/stats;
+        echo '== mod'; ktprobe module-cycle $MOD; echo '== bpf'; ktprobe bpf-stress $BPF; echo '== tramp'; ktprobe bpf-stress $TRAMP;
+        sleep 5; echo '== hist'; cat /sys/module/ktguard/parameters/hold_hist; echo '== after'; cat /sys/module/ktguard/parameters/stats; echo '== end'")
+before=$(section "$on" before) on_mod=$(section "$on" mod) on_bpf=$(section "$on" bpf) on_tramp=$(section "$on" tramp)
+hist=$(section "$on" hist) after=$(section "$on" after)
 kill -TERM $TRACE; wait $TRACE || true; TRACE=""
 
 stat() { echo "$1" | sed -n "s/^$2=//p"; }

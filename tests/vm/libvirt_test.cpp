@@ -229,6 +229,15 @@ TEST_F(LibvirtTest, NoticesLibvirtdGoingAway) {
   ASSERT_TRUE(d->check_alive().ok());
   auto pid = read_file("/run/libvirtd.pid");
   if (!pid) GTEST_SKIP() << "libvirtd was not started by kthost-libvirt.sh (no /run/libvirtd.pid): not restarting it";
+  // A trace is running when libvirtd goes: it must end cleanly on its own,
+  // with its bundle closed, and leave the guest running.
+  std::string dir = "/tmp/kthost-lvtest-restart";
+  run_command("rm -rf " + dir);
+  auto bg = Background::start({kthost_binary(), "trace", "--domain", kDomain, "-o", dir, "--pt", "none"},
+                              "/tmp/kthost-lvtest-restart.log");
+  ASSERT_TRUE(bg) << bg.error().message;
+  for (int i = 0; i < 120 && !read_file(dir + "/manifest.json"); ++i) ::usleep(250000);
+  ::sleep(2);
   ASSERT_EQ(run_command("kill " + trim_copy(*pid) + " && while kill -0 " + trim_copy(*pid) +
                             " 2>/dev/null; do sleep 0.1; done",
                         30)
@@ -237,6 +246,14 @@ TEST_F(LibvirtTest, NoticesLibvirtdGoingAway) {
   auto alive = d->check_alive();
   ASSERT_FALSE(alive.ok());
   EXPECT_TRUE(contains(alive.error().message, "libvirtd went away")) << alive.error().message;
+  int status = (*bg)->wait(std::chrono::seconds(30));
+  EXPECT_EQ(status, 1) << "kthost trace did not end cleanly when libvirtd went away:\n" << (*bg)->log();
+  auto summary = read_file(dir + "/summary.json");
+  ASSERT_TRUE(summary) << (*bg)->log();
+  EXPECT_TRUE(contains(*summary, "libvirtd")) << *summary;
+  auto manifest = read_file(dir + "/manifest.json");
+  ASSERT_TRUE(manifest);
+  EXPECT_TRUE(contains(*manifest, "\"complete\": true")) << *manifest;
   // QEMU outlives libvirtd; a new libvirtd takes the domain back.
   auto r = run_command(script() + " start-daemon", 120);
   ASSERT_EQ(r.status, 0) << r.output;

@@ -35,12 +35,13 @@ Result<std::unique_ptr<PtCapture>> PtCapture::software(const std::string& out_di
   return c;
 }
 
-Result<std::unique_ptr<PtCapture>> PtCapture::hardware(Monitor& monitor, const std::string& work_dir) {
+Result<std::unique_ptr<PtCapture>> PtCapture::hardware(Monitor& monitor, const std::string& work_dir,
+                                                         const PtConfig& config) {
   KT_ASSIGN_OR_RETURN(auto threads, query_vcpu_threads(monitor));
   std::vector<PtThread> pt;
   for (const auto& t : threads) pt.push_back(PtThread{static_cast<unsigned>(t.cpu_index), t.thread_id});
   if (::mkdir(work_dir.c_str(), 0755) != 0 && errno != EEXIST) return io_error("mkdir " + work_dir, errno);
-  KT_ASSIGN_OR_RETURN(auto hw, PtHardwareSource::open_system(PtConfig{}, pt, work_dir));
+  KT_ASSIGN_OR_RETURN(auto hw, PtHardwareSource::open_system(config, pt, work_dir));
   auto c = std::unique_ptr<PtCapture>(new PtCapture());
   c->kind_ = "hardware";
   for (const auto& s : hw->stats()) c->streams_.push_back(Stream{s.vcpu, s.path, 0, 0});
@@ -123,7 +124,11 @@ std::vector<uint32_t> PtCapture::cpus() const {
 
 std::vector<PtCaptureStats> PtCapture::stats() const {
   std::vector<PtCaptureStats> out;
-  for (const auto& s : streams_) out.push_back(PtCaptureStats{s.cpu, s.bytes, s.path});
+  for (const auto& s : streams_) out.push_back(PtCaptureStats{s.cpu, s.bytes, s.path, std::nullopt});
+  if (hw_)
+    for (const auto& h : hw_->stats())
+      for (auto& o : out)
+        if (o.cpu == h.vcpu) o.ring = h.ring;
   return out;
 }
 

@@ -14,10 +14,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kthost/common/result.h"
+#include "kthost/pt/aux_ring.h"
+#include "kthost/pt/config.h"
 #include "kthost/vm/monitor.h"
 
 namespace kt {
@@ -28,6 +31,7 @@ struct PtCaptureStats {
   uint32_t cpu = 0;
   uint64_t bytes = 0;
   std::string path;
+  std::optional<AuxRingStats> ring;  // hardware: the AUX ring's counters (truncation, loss)
 };
 
 class PtCapture {
@@ -36,7 +40,8 @@ class PtCapture {
 
   static Result<std::unique_ptr<PtCapture>> software(const std::string& out_dir, const std::string& trigger, int vcpus);
   // Errors: those of PtHardwareSource::open_system (Unsupported where there is no intel_pt).
-  static Result<std::unique_ptr<PtCapture>> hardware(Monitor& monitor, const std::string& work_dir);
+  static Result<std::unique_ptr<PtCapture>> hardware(Monitor& monitor, const std::string& work_dir,
+                                                     const PtConfig& config);
   ~PtCapture();
 
   Status start();
