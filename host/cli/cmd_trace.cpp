@@ -328,6 +328,16 @@ int run(const std::vector<std::string>& args) {
   bool have_symbols = false;
   GuestClock guest_clock;
   std::optional<int64_t> offset_bound;
+  // Hardware PT stamps the host TSC; the guest's is host * ratio + offset
+  // (KVM debugfs). Without scaling, the guest-to-PT offset is exact.
+  if (*pt && (*pt)->kind() == "hardware") {
+    if (auto tsc = read_kvm_tsc(vm.pid); tsc && !tsc->vcpus.empty() && !tsc->vcpus.front().ratio)
+      offset_bound = -tsc->vcpus.front().offset;
+    else
+      std::fprintf(stderr, "kthost trace: no exact guest TSC offset (%s): sideband times are aligned by the "
+                           "decoder's candidate windows only\n",
+                   tsc ? "TSC scaling in use" : tsc.error().message.c_str());
+  }
   auto start = Clock::now(), last_flush = start;
   std::string end_reason = "duration";
   int status = 0;
@@ -369,7 +379,7 @@ int run(const std::vector<std::string>& args) {
       }
       if (const auto* hello = std::get_if<HelloEvent>(&ev.body)) {
         guest_clock = hello->clock;
-        offset_bound.reset();
+        if (*pt && (*pt)->kind() == "software") offset_bound.reset();  // a new guest clock session
       }
       // Every timestamped event bounds the guest-TSC -> host-TSC offset from
       // above (it arrived after it happened); the smallest bound is within
