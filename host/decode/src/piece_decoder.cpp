@@ -221,6 +221,13 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
         s.new_blocks.emplace_back(f, block.ip);
       }
       leader = e.cls != kClsOther;
+      // A call into its own function but not to its entry is no call: return
+      // stack buffer stuffing (FILL_RETURN_BUFFER in __switch_to_asm and the
+      // entry code) calls the next instruction and never returns, so a frame
+      // for it would never be popped.
+      if (pending == kCall && cur != 0 && f == nodes_[cur].fn && f != Symbolizer::kUnknown &&
+          block.ip != symbols_.function(f).start)
+        pending = kNone;
       if (pending == kCall) {
         uint32_t caller = nodes_[cur].fn == UINT32_MAX ? Symbolizer::kUnknown : nodes_[cur].fn;
         s.edges[(uint64_t{caller} << 32) | f]++;
