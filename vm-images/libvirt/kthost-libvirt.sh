@@ -5,12 +5,14 @@
 #   kthost-libvirt.sh start-daemon
 #       Starts virtlogd and libvirtd by hand when they are not running
 #       (idempotent) and waits until `virsh -c qemu:///system list` answers.
-#   kthost-libvirt.sh define IMAGE_DIR [--name N] [--plugin PATH[,ARGS]]
+#   kthost-libvirt.sh define IMAGE_DIR [--name N] [--plugin PATH[,ARGS] | --no-plugin]
 #                     [--ram memfd|file|none] [--no-channel] [--mem MiB]
 #                     [--accel auto|kvm|tcg] [--append ARGS]
 #       Writes /var/lib/kthost/libvirt/N.xml from kthost-test.xml.in and
-#       defines it (redefines a stopped domain of that name). --ram none and
-#       --no-channel make the domains the tests use to check kthost's errors.
+#       defines it (redefines a stopped domain of that name). Under TCG the
+#       software PT plugin (IMAGE_DIR/../pt-plugin/ktpt.so) is loaded by
+#       default, switched on only by kthost trace's trigger file. --ram none
+#       and --no-channel make the domains the tests use to check kthost's errors.
 #   kthost-libvirt.sh start NAME [--timeout S]
 #       virsh start, then waits for KTHOST-READY on the serial console log
 #       (as vm-images/ktvm does); prints the console tail if it never comes.
@@ -139,14 +141,15 @@ check_name() {
 xml_escape() { printf '%s' "$1" | sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g' -e "s/'/\&apos;/g" -e 's/"/\&quot;/g'; }
 
 cmd_define() {
-  [ $# -ge 1 ] || die "usage: define IMAGE_DIR [--name N] [--plugin PATH[,ARGS]] [--ram memfd|file|none] [--no-channel] [--mem MiB] [--accel auto|kvm|tcg] [--append ARGS]"
+  [ $# -ge 1 ] || die "usage: define IMAGE_DIR [--name N] [--plugin PATH[,ARGS] | --no-plugin] [--ram memfd|file|none] [--no-channel] [--mem MiB] [--accel auto|kvm|tcg] [--append ARGS]"
   image=$(cd "$1" 2>/dev/null && pwd) || die "image directory $1 does not exist"
   shift
-  name=kthost-test plugin="" ram=memfd channel=1 mem=512 accel=auto extra=""
+  name=kthost-test plugin="" noplugin=0 ram=memfd channel=1 mem=512 accel=auto extra=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --name) name=$2; shift 2 ;;
       --plugin) plugin=$2; shift 2 ;;
+      --no-plugin) noplugin=1; shift ;;
       --ram) ram=$2; shift 2 ;;
       --no-channel) channel=0; shift ;;
       --mem) mem=$2; shift 2 ;;
@@ -198,6 +201,13 @@ cmd_define() {
       <source mode='bind' path='$dir/exec.sock'/>
       <target type='virtio' name='org.kthost.exec'/>
     </channel>"
+  fi
+  # Under TCG the software PT plugin is on by default when the build has it
+  # (BUILD/pt-plugin/ktpt.so next to BUILD/vm-image); it traces only while
+  # kthost trace holds its trigger file.
+  if [ -z "$plugin" ] && [ "$noplugin" = 0 ] && [ "$accel" = tcg ] && [ -f "$image/../pt-plugin/ktpt.so" ]; then
+    mkdir -p "$STATE/$name-pt"
+    plugin="$image/../pt-plugin/ktpt.so,out=$STATE/$name-pt,trigger=$dir/pt-on"
   fi
   qemu_cmdline=""
   if [ -n "$plugin" ]; then
