@@ -1,5 +1,7 @@
 #include "kthost/libvirt/libvirt_domain.h"
 
+#include "kthost/introspect/backends.h"
+
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -118,35 +120,6 @@ Result<int> thread_group_of(int tid) {
     return static_cast<int>(*v);
   }
   return Error(ErrorCode::InvalidInput, path + ": no Tgid line");
-}
-
-Result<std::string> find_file_backing(int pid, uint64_t ram_size) {
-  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return io_error("opendir " + dir, errno);
-  std::string found;
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    std::string path = dir + "/" + e->d_name;
-    char target[4096];
-    ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
-    if (n <= 0) continue;
-    target[n] = '\0';
-    if (target[0] != '/' || starts_with(target, "/memfd:") || starts_with(target, "/dev/")) continue;
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != ram_size)
-      continue;
-    std::string t(target);
-    const std::string deleted = " (deleted)";
-    bool gone = t.size() > deleted.size() && t.compare(t.size() - deleted.size(), deleted.size(), deleted) == 0;
-    found = gone ? path : t;
-    break;
-  }
-  ::closedir(d);
-  if (found.empty())
-    return Error(ErrorCode::NotPresent, "QEMU pid " + std::to_string(pid) + " has no open file of " +
-                                            std::to_string(ram_size) + " bytes (the RAM backing file)");
-  return found;
 }
 
 LibvirtDomain::LibvirtDomain(LibvirtDomain&&) noexcept = default;

@@ -102,9 +102,4 @@ class LibvirtDomain {
 // The QEMU process that owns thread `tid` (its Tgid in /proc/<tid>/status).
 Result<int> thread_group_of(int tid);
 
-// Finds a file-backed RAM backing of QEMU `pid`: an open regular file (not a
-// memfd) of exactly `ram_size` bytes. Returns its path, or /proc/<pid>/fd/N
-// when the file was unlinked. Errors: NotPresent, Io.
-Result<std::string> find_file_backing(int pid, uint64_t ram_size);
-
 }  // namespace kt
