@@ -7,12 +7,16 @@
  * always frees its own slot, whatever ended the hold.
  */
 #include <linux/atomic.h>
+#include <linux/delay.h>
 #include <linux/fs.h>
+#include <linux/gfp.h>
+#include <linux/io.h>
 #include <linux/miscdevice.h>
 #include <linux/module.h>
 #include <linux/poll.h>
 #include <linux/preempt.h>
 #include <linux/sched/clock.h>
+#include <linux/sched/stat.h>
 #include <linux/slab.h>
 #include <linux/spinlock.h>
 #include <linux/uaccess.h>
@@ -42,6 +46,37 @@ static DECLARE_WAIT_QUEUE_HEAD(ktg_reader_wq); /* reader: a notice is queued */
 static void ktg_wake_all_holders(void);
 static DECLARE_WAIT_QUEUE_HEAD(ktg_slot_wq);   /* sleeping frees waiting for a free slot */
 static atomic_t ktg_slots_used = ATOMIC_INIT(0);
+
+/* The ack words: one u64 per slot in a page of the linear map, so each has a
+ * guest-physical address to put in the notice. A host that reads guest RAM
+ * can also write it: storing the notice's id there ends the hold without the
+ * round trip back through QEMU, the guest's interrupt, ktguest and write().
+ * The ack still comes through the reader as well (it wakes a sleeping
+ * holder, and is the only path for a host that cannot write). */
+static u64 *ktg_ack_words;
+/* Set once a hold saw its ack word stored this session (cleared when the
+ * reader opens): only then do sleeping holds poll before they sleep. */
+static bool ktg_words_live;
+
+static u64 *ktg_slot_word(struct ktg_slot *slot)
+{
+	return ktg_ack_words ? &ktg_ack_words[slot - ktg_slots] : NULL;
+}
+
+/* True when the host stored this hold's id in its ack word; the first to see
+ * it (holder or reader ack) sets the outcome. */
+static bool ktg_word_acked(struct ktg_slot *slot)
+{
+	u64 *word = ktg_slot_word(slot);
+
+	if (!word || READ_ONCE(*word) != slot->notice.id)
+		return false;
+	if (cmpxchg(&slot->outcome, OUT_WAITING, OUT_ACKED) == OUT_WAITING)
+		atomic64_inc(&ktg_stats.word_acks);
+	if (!READ_ONCE(ktg_words_live))
+		WRITE_ONCE(ktg_words_live, true);
+	return true;
+}
 
 static void ktg_note_hold_time(u64 ns)
 {
@@ -120,6 +155,11 @@ static struct ktg_slot *ktg_try_queue(unsigned long start, unsigned long end, u3
 	slot->notice.kind = kind;
 	slot->notice.cpu = raw_smp_processor_id();
 	slot->notice.time_ns = local_clock();
+	slot->notice.ack_addr = 0;
+	if (ktg_slot_word(slot)) {
+		WRITE_ONCE(*ktg_slot_word(slot), 0);
+		slot->notice.ack_addr = virt_to_phys(ktg_slot_word(slot));
+	}
 	spin_unlock_irqrestore(&ktg_lock, flags);
 	atomic64_inc(&ktg_stats.notices);
 	wake_up_interruptible(&ktg_reader_wq);
@@ -137,26 +177,65 @@ static void ktg_release(struct ktg_slot *slot)
 	wake_up(&ktg_slot_wq);
 }
 
+static bool ktg_ended(struct ktg_slot *slot)
+{
+	return READ_ONCE(slot->outcome) != OUT_WAITING || ktg_word_acked(slot);
+}
+
 /* Waits for an outcome: on the wait queue when sleeping is allowed, else by
- * polling the slot for at most min(hold_ms, spin_max_ms). */
+ * polling the slot for at most min(hold_ms, spin_max_ms). Once the host is
+ * known to store ack words, a hold that may sleep first polls its word for up
+ * to word_spin_us (within hold_ms) while no other task is runnable on its CPU
+ * (the reader included), then sleeps until the reader's ack. The poll is a
+ * busy one: a timer sleep between checks costs more than the whole round
+ * trip under TCG, where an idle vCPU is also slow to take the interrupts
+ * the ack needs. */
 static int ktg_wait(struct ktg_slot *slot, enum ktg_hold_method method)
 {
 	unsigned int ms = READ_ONCE(ktg_hold_ms);
 
 	if (method == KTG_HOLD_SLEEP) {
+		unsigned long deadline = jiffies + msecs_to_jiffies(ms);
+		unsigned int spin_us = READ_ONCE(ktg_word_spin_us);
+		long left;
+
+		if (spin_us && READ_ONCE(ktg_words_live)) {
+			u64 now = local_clock();
+			u64 until = now + min_t(u64, (u64)spin_us * NSEC_PER_USEC, (u64)ms * NSEC_PER_MSEC);
+			u64 busy_until = now + (u64)READ_ONCE(ktg_word_busy_us) * NSEC_PER_USEC;
+
+			/* A task that preempts (ktguest, woken by this very
+			 * notice, often here) always runs first. Past
+			 * word_busy_us the poll goes on only while nothing else
+			 * is runnable here, on time the CPU would spend idle. */
+			atomic64_inc(&ktg_stats.word_spins);
+			while (!ktg_ended(slot) && (now = local_clock()) < until) {
+				if (need_resched()) {
+					cond_resched();
+					continue;
+				}
+				if (now >= busy_until && !single_task_running())
+					break;
+				cpu_relax();
+			}
+		}
+		left = (long)(deadline - jiffies);
 		/* Not interruptible: a fatal signal in the freeing task must not
 		 * shorten the hold, and the timeout bounds it anyway. */
-		wait_event_timeout(slot->wq, READ_ONCE(slot->outcome) != OUT_WAITING,
-				   msecs_to_jiffies(ms));
+		if (left > 0)
+			wait_event_timeout(slot->wq, ktg_ended(slot), left);
 	} else {
 		u64 deadline;
 
 		ms = min(ms, READ_ONCE(ktg_spin_max_ms));
 		deadline = local_clock() + (u64)ms * NSEC_PER_MSEC;
 		atomic64_inc(&ktg_stats.spins);
-		while (READ_ONCE(slot->outcome) == OUT_WAITING && local_clock() < deadline)
+		while (!ktg_ended(slot) && local_clock() < deadline)
 			cpu_relax();
 	}
+	/* The reader's ack may have ended the hold first: still learn that the
+	 * host stores words. */
+	ktg_word_acked(slot);
 	return READ_ONCE(slot->outcome);
 }
 
@@ -218,10 +297,13 @@ static int ktg_open(struct inode *inode, struct file *file)
 	int ret = 0;
 
 	spin_lock_irqsave(&ktg_lock, flags);
-	if (ktg_reader_open)
+	if (ktg_reader_open) {
 		ret = -EBUSY;
-	else
+	} else {
 		ktg_reader_open = true;
+		/* A new session: its host has not yet shown that it stores acks. */
+		WRITE_ONCE(ktg_words_live, false);
+	}
 	spin_unlock_irqrestore(&ktg_lock, flags);
 	return ret ? ret : stream_open(inode, file);
 }
@@ -309,15 +391,16 @@ static void ktg_apply_ack(const struct ktguard_ack *ack)
 {
 	struct ktg_slot *found = NULL;
 	unsigned long flags;
+	bool issued;
 	int i;
 
 	spin_lock_irqsave(&ktg_lock, flags);
+	issued = ack->id != 0 && ack->id < ktg_next_id;
 	for (i = 0; i < KTG_SLOTS; i++) {
 		struct ktg_slot *s = &ktg_slots[i];
 
 		if (s->state != SLOT_FREE && s->notice.id == ack->id &&
-		    READ_ONCE(s->outcome) == OUT_WAITING) {
-			WRITE_ONCE(s->outcome, ack->status ? OUT_HOST_ERROR : OUT_ACKED);
+		    cmpxchg(&s->outcome, OUT_WAITING, ack->status ? OUT_HOST_ERROR : OUT_ACKED) == OUT_WAITING) {
 			found = s;
 			break;
 		}
@@ -327,6 +410,8 @@ static void ktg_apply_ack(const struct ktguard_ack *ack)
 	 * reused slot's new holder just re-checks its outcome. */
 	if (found)
 		wake_up(&found->wq);
+	else if (issued)
+		atomic64_inc(&ktg_stats.late_acks);
 	else
 		atomic64_inc(&ktg_stats.stale_acks);
 }
@@ -379,11 +464,19 @@ static void ktg_wake_all_holders(void)
 
 int ktg_chan_init(void)
 {
-	int i;
+	int i, ret;
 
 	for (i = 0; i < KTG_SLOTS; i++)
 		init_waitqueue_head(&ktg_slots[i].wq);
-	return misc_register(&ktg_misc);
+	BUILD_BUG_ON(KTG_SLOTS * sizeof(u64) > PAGE_SIZE);
+	/* Without the page, holds just wait for the reader's ack. */
+	ktg_ack_words = (u64 *)get_zeroed_page(GFP_KERNEL);
+	ret = misc_register(&ktg_misc);
+	if (ret) {
+		free_page((unsigned long)ktg_ack_words);
+		ktg_ack_words = NULL;
+	}
+	return ret;
 }
 
 void ktg_chan_stop(void)
@@ -402,4 +495,7 @@ void ktg_chan_stop(void)
 void ktg_chan_exit(void)
 {
 	misc_deregister(&ktg_misc);
+	/* The hooks are gone and every holder has returned. */
+	free_page((unsigned long)ktg_ack_words);
+	ktg_ack_words = NULL;
 }

@@ -12,6 +12,8 @@
 
 unsigned int ktg_hold_ms = 200;
 unsigned int ktg_spin_max_ms = 200;
+unsigned int ktg_word_spin_us = 3000;
+unsigned int ktg_word_busy_us = 1000;
 struct ktg_stats ktg_stats;
 
 static int ktg_set_ms(const char *val, const struct kernel_param *kp)
@@ -35,6 +37,13 @@ module_param_cb(hold_ms, &ktg_ms_ops, &ktg_hold_ms, 0644);
 MODULE_PARM_DESC(hold_ms, "longest hold of a freeing context, in ms (0..10000, default 200)");
 module_param_cb(spin_max_ms, &ktg_ms_ops, &ktg_spin_max_ms, 0644);
 MODULE_PARM_DESC(spin_max_ms, "cap on a hold in atomic context (busy wait), in ms (default 200)");
+module_param_named(word_spin_us, ktg_word_spin_us, uint, 0644);
+MODULE_PARM_DESC(word_spin_us, "once the host stores ack words in guest RAM, how long a hold that may sleep "
+		 "first polls its word (busy, yielding when asked), in us; then it sleeps until the reader's ack "
+		 "(default 3000; 0: sleep at once)");
+module_param_named(word_busy_us, ktg_word_busy_us, uint, 0644);
+MODULE_PARM_DESC(word_busy_us, "of word_spin_us, how long the poll goes on while other tasks wait for the CPU; "
+		 "after that only while the CPU would otherwise idle, in us (default 1000)");
 bool ktg_verbose;
 module_param_named(verbose, ktg_verbose, bool, 0644);
 MODULE_PARM_DESC(verbose, "log every notice and its outcome (for tests)");
@@ -102,12 +111,14 @@ static int ktg_get_stats(char *buf, const struct kernel_param *kp)
 
 	return scnprintf(buf, PAGE_SIZE,
 			 "notices=%lld\nacks=%lld\nhost_errors=%lld\ntimeouts=%lld\n"
-			 "reader_gone=%lld\nunguarded=%lld\noverflows=%lld\nstale_acks=%lld\n"
+			 "reader_gone=%lld\nunguarded=%lld\noverflows=%lld\nstale_acks=%lld\nlate_acks=%lld\n"
+			 "word_acks=%lld\nword_spins=%lld\n"
 			 "spins=%lld\nslot_waits=%lld\nhold_ns_total=%lld\nhold_ns_max=%lld\nmisses=%llu\n",
 			 atomic64_read(&s->notices), atomic64_read(&s->acks),
 			 atomic64_read(&s->host_errors), atomic64_read(&s->timeouts),
 			 atomic64_read(&s->reader_gone), atomic64_read(&s->unguarded),
 			 atomic64_read(&s->overflows), atomic64_read(&s->stale_acks),
+			 atomic64_read(&s->late_acks), atomic64_read(&s->word_acks), atomic64_read(&s->word_spins),
 			 atomic64_read(&s->spins), atomic64_read(&s->slot_waits), atomic64_read(&s->hold_ns_total),
 			 atomic64_read(&s->hold_ns_max), READ_ONCE(ktg_miss_count));
 }
@@ -174,7 +185,8 @@ static int __init ktg_init(void)
 		ktg_chan_exit();
 		return ret;
 	}
-	pr_info("ktguard: loaded, hold_ms=%u spin_max_ms=%u\n", ktg_hold_ms, ktg_spin_max_ms);
+	pr_info("ktguard: loaded, hold_ms=%u spin_max_ms=%u word_spin_us=%u word_busy_us=%u\n", ktg_hold_ms,
+		ktg_spin_max_ms, ktg_word_spin_us, ktg_word_busy_us);
 	return 0;
 }
 

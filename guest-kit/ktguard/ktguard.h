@@ -32,6 +32,8 @@ void ktg_hooks_exit(void);
 /* Parameters (guard_main.c). */
 extern unsigned int ktg_hold_ms;
 extern unsigned int ktg_spin_max_ms;
+extern unsigned int ktg_word_spin_us;
+extern unsigned int ktg_word_busy_us;
 extern bool ktg_verbose;
 
 /* Counters (guard_main.c). */
@@ -43,7 +45,10 @@ struct ktg_stats {
 	atomic64_t reader_gone;/* holds ended because the reader closed */
 	atomic64_t unguarded;  /* frees seen while no reader was open */
 	atomic64_t overflows;  /* frees not held: every pending slot was busy */
-	atomic64_t stale_acks; /* acks for ids no longer held */
+	atomic64_t stale_acks; /* acks for ids never issued */
+	atomic64_t late_acks;  /* acks for holds that had already ended */
+	atomic64_t word_acks;  /* holds ended by the host storing the id in the ack word */
+	atomic64_t word_spins; /* sleeping holds that first polled their ack word (ack words seen this session) */
 	atomic64_t spins;      /* holds done by busy waiting */
 	atomic64_t slot_waits; /* sleeping frees that waited for a free slot */
 	atomic64_t hold_ns_total; /* time spent holding, all holds */

@@ -7,8 +7,9 @@
  * read():  whole struct ktguard_notice records; a buffer smaller than one
  *          record gets -EINVAL. Blocks unless O_NONBLOCK (then -EAGAIN).
  * write(): whole struct ktguard_ack records (a multiple of 16 bytes, else
- *          -EINVAL). An ack for an id that is no longer held (it timed out,
- *          or never existed) is counted as stale and ignored.
+ *          -EINVAL). An ack for an id whose hold already ended (by the ack
+ *          word, a timeout or the reader leaving) is counted as late, one
+ *          for an id never issued as stale; both are ignored.
  * poll():  EPOLLIN when at least one notice is waiting to be read.
  * open():  one reader at a time (a second open gets -EBUSY). While no reader
  *          has the device open, frees are not held at all ("unguarded").
@@ -25,7 +26,7 @@ typedef uint32_t __u32;
 #endif
 
 #define KTGUARD_DEVICE "/dev/ktguard"
-#define KTGUARD_ABI_VERSION 1
+#define KTGUARD_ABI_VERSION 2
 
 /* "Text [start, end) is about to go": the freeing context is held until the
  * ack with the same id arrives, or the hold times out. */
@@ -36,6 +37,12 @@ struct ktguard_notice {
 	__u32 kind;    /* enum ktguard_kind */
 	__u32 cpu;     /* CPU the freeing context runs on */
 	__u64 time_ns; /* local_clock() at the notice: perf's default clock */
+	/* Guest-physical address of an aligned u64 that is 0 while the hold
+	 * waits. A host with access to guest RAM may store `id` there once the
+	 * bytes are saved: the holder sees it without waiting for the ack to
+	 * come back through the reader (which must still send the ack). 0: no
+	 * such word. */
+	__u64 ack_addr;
 };
 
 /* The host's answer. status 0: the bytes were saved. Anything else: the host
@@ -58,7 +65,7 @@ enum ktguard_kind {
 	KTGUARD_KIND_MODULE_MEMFREE = 9, /* module_memfree from a caller not recognised above */
 };
 
-#define KTGUARD_NOTICE_SIZE 40
+#define KTGUARD_NOTICE_SIZE 48
 #define KTGUARD_ACK_SIZE 16
 
 #ifdef __KERNEL__

@@ -27,7 +27,22 @@
 
 #define STATS_PATH "/sys/module/ktguard/parameters/stats"
 
+/* Where a hold's time goes, as ktguest sees it (both in microseconds, over
+ * the last TIMING_SAMPLES holds): wake = the notice's kernel time to ktguest
+ * reading it; relay = ktguest reading it to the host's ack arriving back. The
+ * rest of a hold (ack written to the holder running) is ktguard's. */
+#define TIMING_SAMPLES 4096
+#define PENDING_IDS 1024 /* notice ids increase; more than ktguard can hold at once */
+struct timing {
+  uint32_t v[TIMING_SAMPLES];
+  uint64_t n;
+};
+
 static struct {
+  struct timing wake, relay;
+  struct {
+    uint64_t id, read_ns;
+  } pending[PENDING_IDS];
   int fd;
   int warned_absent;
   /* ktguard counters already reported as LOST. */
@@ -35,6 +50,34 @@ static struct {
 } G = {.fd = -1};
 
 int ktg_guard_open(void) { return G.fd >= 0; }
+
+static void timing_add(struct timing *t, uint64_t ns) {
+  uint64_t us = ns / 1000;
+  t->v[t->n++ % TIMING_SAMPLES] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int timing_json(char *out, size_t size, const char *name, const struct timing *t) {
+  static uint32_t sorted[TIMING_SAMPLES];
+  size_t k = t->n < TIMING_SAMPLES ? (size_t)t->n : TIMING_SAMPLES;
+  if (k == 0) return snprintf(out, size, "\"%s\":{\"n\":0}", name);
+  memcpy(sorted, t->v, k * sizeof sorted[0]);
+  qsort(sorted, k, sizeof sorted[0], cmp_u32);
+  return snprintf(out, size, "\"%s\":{\"n\":%zu,\"median\":%u,\"p99\":%u,\"max\":%u}", name, k,
+                  sorted[(k - 1) / 2], sorted[(k * 99 + 99) / 100 - 1], sorted[k - 1]);
+}
+
+int ktg_guard_timing_json(char *out, size_t size) {
+  int a = timing_json(out, size, "guard_wake_us", &G.wake);
+  if (a < 0 || (size_t)a + 1 >= size) return a;
+  out[a] = ',';
+  int b = timing_json(out + a + 1, size - (size_t)a - 1, "guard_relay_us", &G.relay);
+  return b < 0 ? b : a + 1 + b;
+}
 
 void ktg_guard_start(void) {
   if (G.fd >= 0) return;
@@ -46,6 +89,7 @@ void ktg_guard_start(void) {
     return;
   }
   G.warned_absent = 0;
+  G.wake.n = G.relay.n = 0; /* timings describe this session's host */
   /* A freeing context now waits on this process: run it ahead of ordinary
    * tasks, so that a busy guest does not add a scheduler slice to every hold.
    * The loop only reacts to events (the state dump is done by now), so it
@@ -80,9 +124,13 @@ void ktg_guard_read(void) {
       return;
     }
     size_t count = (size_t)n / sizeof buf[0];
+    uint64_t now = ktg_perf_now();
     for (size_t i = 0; i < count; ++i) {
       const struct ktguard_notice *k = &buf[i];
-      struct ktp_guard_notice m = {k->time_ns, k->cpu, k->id, k->start, k->end, k->kind};
+      if (now >= k->time_ns) timing_add(&G.wake, now - k->time_ns);
+      G.pending[k->id % PENDING_IDS].id = k->id;
+      G.pending[k->id % PENDING_IDS].read_ns = now;
+      struct ktp_guard_notice m = {k->time_ns, k->cpu, k->id, k->start, k->end, k->kind, k->ack_addr};
       g_ctr.guard_notices++;
       ktg_debug("guard notice %llu [%#llx, %#llx) kind %u", (unsigned long long)k->id,
                 (unsigned long long)k->start, (unsigned long long)k->end, k->kind);
@@ -95,6 +143,10 @@ void ktg_guard_read(void) {
 void ktg_guard_ack(const struct ktp_guard_ack *ack) {
   g_ctr.guard_acks++;
   if (G.fd < 0) return; /* the hold already ended when the device closed */
+  if (G.pending[ack->id % PENDING_IDS].id == ack->id) {
+    uint64_t now = ktg_perf_now(), then = G.pending[ack->id % PENDING_IDS].read_ns;
+    if (now >= then) timing_add(&G.relay, now - then);
+  }
   struct ktguard_ack a = {ack->id, ack->status, 0};
   ssize_t w;
   do {

@@ -102,6 +102,8 @@ int ktg_guard_poll_fd(void); /* -1 while closed */
 void ktg_guard_read(void);   /* notices -> urgent lane */
 void ktg_guard_ack(const struct ktp_guard_ack *ack);
 void ktg_guard_check(void);  /* 1 s timer: new misses -> LOST frames */
+/* "guard_wake_us":{...},"guard_relay_us":{...}: where hold time goes. */
+int ktg_guard_timing_json(char *out, size_t size);
 void ktg_guard_session_totals(void); /* session start: totals since ktguard loaded */
 
 /* ---- perf.c ---- */
@@ -110,6 +112,8 @@ void ktg_perf_hotplug(void);
 /* Appends ring fds to fds (POLLIN); returns how many. */
 int ktg_perf_pollfds(struct pollfd *fds, int max);
 void ktg_perf_drain(void);
+/* Reports losses the kernel counted but has not yet written as PERF_RECORD_LOST. */
+void ktg_perf_check_lost(void);
 /* The first ring's mmap page: NULL while no ring is open. */
 const volatile struct perf_event_mmap_page *ktg_perf_first_page(void);
 /* Online CPUs that have a ring, ascending; returns the count. */

@@ -80,7 +80,7 @@ long ktg_read_file(const char *path, char *buf, size_t size) {
 /* Rewritten whole each second (write + rename), so a reader never sees half. */
 static void write_stats(void) {
   if (!g_opt.stats_path || !*g_opt.stats_path) return;
-  char tmp[512], text[2048];
+  char tmp[512], text[4096];
   snprintf(tmp, sizeof tmp, "%s.tmp", g_opt.stats_path);
   const struct ktg_counters *c = &g_ctr;
   int n = snprintf(text, sizeof text,
@@ -90,7 +90,7 @@ static void write_stats(void) {
                    "\"other_records\":%llu,\"module_loads\":%llu,\"module_unloads\":%llu,\"module_races\":%llu,"
                    "\"module_polling\":%d,\"module_poll_changes\":%llu,\"connected\":%d,\"connections\":%llu,"
                    "\"dumps\":%llu,\"host_errors\":%llu,\"encode_errors\":%llu,\"guard_open\":%d,\"guard_notices\":%llu,"
-                   "\"guard_acks\":%llu,\"guard_missed\":%llu,\"guard_unguarded\":%llu}\n",
+                   "\"guard_acks\":%llu,\"guard_missed\":%llu,\"guard_unguarded\":%llu,",
                    (unsigned long long)c->frames_sent, (unsigned long long)c->bytes_sent,
                    (unsigned long long)c->perf_records, (unsigned long long)c->text_pokes,
                    (unsigned long long)c->text_poke_frames, (unsigned long long)c->ksymbols,
@@ -104,6 +104,12 @@ static void write_stats(void) {
                    (unsigned long long)c->host_errors, (unsigned long long)c->encode_errors, ktg_guard_open(),
                    (unsigned long long)c->guard_notices, (unsigned long long)c->guard_acks,
                    (unsigned long long)c->guard_missed, (unsigned long long)c->guard_unguarded);
+  if (n < 0 || (size_t)n >= sizeof text) return;
+  int t = ktg_guard_timing_json(text + n, sizeof text - (size_t)n);
+  if (t < 0 || (size_t)(n + t) + 2 >= sizeof text) return;
+  n += t;
+  text[n++] = '}';
+  text[n++] = '\n';
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return;
   ssize_t w = write(fd, text, (size_t)n);
@@ -112,6 +118,7 @@ static void write_stats(void) {
 }
 
 static void every_second(void) {
+  ktg_perf_check_lost();
   ktg_perf_hotplug();
   ktg_modules_poll();
   ktg_clock_check();

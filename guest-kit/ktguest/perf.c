@@ -37,6 +37,9 @@ struct ring {
   uint8_t *data;
   uint64_t size; /* power of two */
   uint8_t *rec;  /* the staged next record (perf_event_header.size is a u16) */
+  int lost_readable;      /* the events were opened with PERF_FORMAT_LOST */
+  uint64_t lost_records;  /* sum of the ring's PERF_RECORD_LOST counts */
+  uint64_t lost_reported; /* records of this ring reported lost to the host */
 };
 
 static struct ring *rings[KTG_MAX_CPUS];
@@ -80,7 +83,16 @@ static struct ring *ring_open(int cpu) {
    * the 100 ms timer instead of costing a wakeup each. */
   a.watermark = 1;
   a.wakeup_watermark = (uint32_t)(g_opt.ring_bytes / 16);
+  /* The kernel writes PERF_RECORD_LOST only when the next record fits, so
+   * losses at the end of a burst sit in the kernel until something else
+   * happens on that CPU; read() with PERF_FORMAT_LOST (6.0+) gives them. */
+  a.read_format = PERF_FORMAT_LOST;
   r->fd = perf_open(&a, cpu, -1);
+  r->lost_readable = r->fd >= 0;
+  if (r->fd < 0 && errno == EINVAL) {
+    a.read_format = 0;
+    r->fd = perf_open(&a, cpu, -1);
+  }
   if (r->fd < 0) {
     ktg_log("perf_event_open(dummy, cpu %d): %s", cpu, strerror(errno));
     free(r->rec);
@@ -115,6 +127,7 @@ static struct ring *ring_open(int cpu) {
      * module's sysfs ranges must be read before a quick rmmod removes them. */
     t.wakeup_events = 1;
     t.disabled = 1; /* enabled once it writes into the ring */
+    t.read_format = r->lost_readable ? PERF_FORMAT_LOST : 0;
     r->tp_fd[i] = perf_open(&t, cpu, -1);
     if (r->tp_fd[i] < 0 || ioctl(r->tp_fd[i], PERF_EVENT_IOC_SET_OUTPUT, r->fd) != 0 ||
         ioctl(r->tp_fd[i], PERF_EVENT_IOC_ENABLE, 0) != 0) {
@@ -144,6 +157,7 @@ void ktg_perf_hotplug(void) {
       /* Events of an offline CPU stay off when it returns: read what is
        * there, then open afresh when it comes back. */
       ktg_perf_drain();
+      ktg_perf_check_lost();
       ring_close(rings[cpu]);
       rings[cpu] = NULL;
       ktg_log("cpu %d went offline: ring closed", cpu);
@@ -194,7 +208,43 @@ static uint16_t rd16(const uint8_t *p) {
 
 static void lost_frame(uint64_t time, uint32_t cpu, uint64_t count) {
   struct ktp_lost m = {time, cpu, KTP_LOST_PERF_RING, 0, count};
+  g_ctr.lost_records += count;
   ktg_enqueue(KTG_LANE_LIVE, ktp_encode_lost(ktg_scratch(), KTP_MAX_FRAME, 0, &m));
+}
+
+/* Both counts only grow and a PERF_RECORD_LOST never exceeds what the events
+ * counted before it, so the host is told max(records, counted) in total:
+ * losses the kernel still holds go out now, and the record that reports them
+ * later adds only what is new. */
+static void report_lost(struct ring *r, uint64_t time, uint64_t total) {
+  if (total <= r->lost_reported) return;
+  uint64_t delta = total - r->lost_reported;
+  r->lost_reported = total;
+  lost_frame(time, (uint32_t)r->cpu, delta);
+}
+
+static uint64_t event_lost(int fd, int *ok) {
+  uint64_t v[2];
+  if (fd < 0) return 0;
+  if (read(fd, v, sizeof v) != (ssize_t)sizeof v) {
+    *ok = 0;
+    return 0;
+  }
+  return v[1];
+}
+
+void ktg_perf_check_lost(void) {
+  for (int cpu = 0; cpu < KTG_MAX_CPUS; ++cpu) {
+    struct ring *r = rings[cpu];
+    if (!r || !r->lost_readable) continue;
+    int ok = 1;
+    uint64_t total = event_lost(r->fd, &ok) + event_lost(r->tp_fd[0], &ok) + event_lost(r->tp_fd[1], &ok);
+    if (!ok) continue;
+    if (total > r->lost_reported && total > r->lost_records)
+      ktg_log("cpu %d: perf ring lost %llu records not yet reported by the kernel", r->cpu,
+              (unsigned long long)(total - (r->lost_reported > r->lost_records ? r->lost_reported : r->lost_records)));
+    report_lost(r, ktg_perf_now(), total);
+  }
 }
 
 /* A poke longer than KTP_MAX_BLOB (the kernel reports a whole new ftrace
@@ -215,7 +265,7 @@ static void text_poke(uint64_t time, uint32_t cpu, uint64_t addr, const uint8_t 
 }
 
 /* Parses one whole record of `size` bytes (size >= 8, a multiple of 8). */
-static void parse_record(const struct ring *r, const uint8_t *rec, uint32_t size) {
+static void parse_record(struct ring *r, const uint8_t *rec, uint32_t size) {
   uint32_t type = rd32(rec);
   g_ctr.perf_records++;
   if (type == PERF_RECORD_SAMPLE) {
@@ -261,9 +311,9 @@ static void parse_record(const struct ring *r, const uint8_t *rec, uint32_t size
       if (body_len < 16) goto bad;
       uint64_t lost = rd64(body + 8);
       g_ctr.lost_events++;
-      g_ctr.lost_records += lost;
       ktg_log("cpu %d: perf ring lost %llu records", r->cpu, (unsigned long long)lost);
-      lost_frame(time, (uint32_t)r->cpu, lost);
+      r->lost_records += lost;
+      report_lost(r, time, r->lost_records);
       return;
     }
     default:

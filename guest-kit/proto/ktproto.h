@@ -193,6 +193,7 @@ struct ktp_guard_notice {
   uint64_t id;
   uint64_t start, end;
   uint32_t kind; /* what is freed: ktguard's enum ktguard_kind (1..9) */
+  uint64_t ack_addr; /* guest-physical u64 the host may set to id (0: none) */
 };
 
 struct ktp_guard_ack {

@@ -152,6 +152,7 @@ long ktp_encode_guard_notice(uint8_t* buf, size_t cap, uint64_t seq, const struc
   ktp_put_u64(&w, m->start);
   ktp_put_u64(&w, m->end);
   ktp_put_u32(&w, m->kind);
+  ktp_put_u64(&w, m->ack_addr);
   return ktp_writer_finish(&w, KTP_GUARD_NOTICE, seq);
 }
 

@@ -232,6 +232,7 @@ int ktp_parse_guard_notice(const struct ktp_frame* f, struct ktp_guard_notice* o
   m.start = ktp_get_u64(&r);
   m.end = ktp_get_u64(&r);
   m.kind = ktp_get_u32(&r);
+  m.ack_addr = ktp_get_u64(&r);
   if ((st = ktp_reader_finish(&r)) == KTP_OK)
     *out = m;
   return st;

@@ -74,8 +74,9 @@ nlohmann::json hold_json(const HoldRecord& h) {
   nlohmann::json j = {{"id", h.id},         {"kind", h.kind},       {"cpu", h.cpu},
                       {"start", hex(h.start)}, {"end", hex(h.end)},   {"bytes", h.end - h.start},
                       {"guest_time", h.guest_time}, {"status", h.status}, {"copy_us", h.copy_us},
-                      {"host_us", h.host_us}};
+                      {"host_us", h.host_us}, {"word_acked", h.word_acked}};
   if (!h.error.empty()) j["error"] = h.error;
+  if (!h.word_error.empty()) j["word_error"] = h.word_error;
   return j;
 }
 
@@ -100,6 +101,8 @@ nlohmann::json summary_json(const EventLog& log, const SidebandDecoder& dec, con
       {"module_unloads", log.count("module_unload")},
       {"holds", t.holds},
       {"holds_failed", s.guard_failed},
+      {"holds_word_acked", s.word_acks},
+      {"holds_word_ack_failed", s.word_ack_failed},
       {"hold_host_us_max", t.host_us_max},
       {"hold_host_us_mean", t.holds ? t.host_us_total / static_cast<double>(t.holds) : 0.0},
       {"text_records", text_records},
@@ -219,6 +222,8 @@ int run(const std::vector<std::string>& args) {
   opt.value("pt-cyc", "N", "hardware PT: cycle-accurate mode with CYC threshold N (default off)");
   opt.flag("pt-no-tsc", "hardware PT: no TSC packets");
   opt.flag("no-guard", "do not answer ktguard: unloads are saved best effort from unregister events");
+  opt.flag("no-ack-word", "answer holds only through the channel, not also by storing the notice's ack word "
+                          "in guest RAM (slower; for comparison)");
   opt.flag("json", "print the summary as JSON on stdout");
   std::vector<std::string> a = args;
   for (auto& s : a)
@@ -311,11 +316,19 @@ int run(const std::vector<std::string>& args) {
         return bundle.append_text(r);
       },
       guard);
+  // The ack word: the one store kthost makes into guest RAM. It ends a hold
+  // as soon as the text is saved; the channel ack follows regardless.
+  bool ack_word = guard && !opt.has("no-ack-word");
+  if (ack_word)
+    saver.set_ack_word_writer([&memory](uint64_t gpa, uint64_t value) { return memory->write_word(gpa, value); });
   EventLog log;
   Totals totals;
+  bool word_error_shown = false;
   bool tty = ::isatty(2);
   std::fprintf(stderr, "kthost trace: %s, memory %s, guard %s, writing %s\n", target->label.c_str(),
-               memory->backend_name().c_str(), guard ? "on" : "off (best effort)", out_dir->c_str());
+               memory->backend_name().c_str(),
+               guard ? (ack_word ? "on (ack words)" : "on (channel acks only)") : "off (best effort)",
+               out_dir->c_str());
   if (*pt) {
     if (auto st = (*pt)->start(); !st) return fail(kName, st.error().with_context("starting PT"));
     std::fprintf(stderr, "kthost trace: PT from the %s source on %zu vCPUs\n", (*pt)->kind().c_str(),
@@ -361,6 +374,11 @@ int run(const std::vector<std::string>& args) {
         auto t0 = Clock::now();
         HoldRecord h = saver.on_guard_notice(ev, *n);
         auto ack = channel->send_guard_ack(n->id, h.status);
+        if (!h.word_error.empty() && !word_error_shown) {
+          word_error_shown = true;
+          std::fprintf(stderr, "\nkthost trace: cannot store ack words (holds wait for the channel ack): %s\n",
+                       h.word_error.c_str());
+        }
         h.host_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
         if (!ack) {
           h.error = h.error.empty() ? "ack: " + ack.error().message : h.error;

@@ -282,7 +282,7 @@ TEST(KtprotoRoundTrip, LiveEvents) {
 }
 
 TEST(KtprotoRoundTrip, GuardHeartbeatClockError) {
-  const ktp_guard_notice gn{104, 6, 555, 0xffffffffa0003000ULL, 0xffffffffa0004000ULL, 1};
+  const ktp_guard_notice gn{104, 6, 555, 0xffffffffa0003000ULL, 0xffffffffa0004000ULL, 1, 0x12345008ULL};
   const Bytes b1 = encode([&](uint8_t* p, size_t c) { return ktp_encode_guard_notice(p, c, 12, &gn); });
   const ktp_frame f1 = decode_ok(b1);
   ktp_guard_notice gn_out{};
@@ -293,6 +293,7 @@ TEST(KtprotoRoundTrip, GuardHeartbeatClockError) {
   EXPECT_EQ(gn_out.start, gn.start);
   EXPECT_EQ(gn_out.end, gn.end);
   EXPECT_EQ(gn_out.kind, 1u);
+  EXPECT_EQ(gn_out.ack_addr, 0x12345008ULL);
 
   const ktp_guard_ack ga{555, 1};
   const Bytes b2 = encode([&](uint8_t* p, size_t c) { return ktp_encode_guard_ack(p, c, 13, &ga); });

@@ -207,3 +207,68 @@ TEST(BufferMemoryDeathTest, WriteOutsideRamAborts) {
 
 }  // namespace
 }  // namespace kt
+
+// MmapMemory over a memfd laid out like QEMU's q35 split: a word written
+// through write_word is what the shared mapping (QEMU's view) reads back,
+// at the backing offset of its guest-physical address.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "kthost/introspect/backends.h"
+
+namespace kt {
+namespace {
+
+TEST(MmapMemoryWrite, WordLandsInTheSharedBackingAtItsOffset) {
+  int fd = ::memfd_create("kthost-test-ram", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  constexpr uint64_t kSize = 8 * kMiB;
+  ASSERT_EQ(::ftruncate(fd, kSize), 0);
+  // 4 MiB below the hole, 4 MiB at 4 GiB.
+  PhysMap map({{0, 4 * kMiB, 0}, {4ull << 30, 4 * kMiB, 4 * kMiB}});
+  auto mem = MmapMemory::open("/proc/self/fd/" + std::to_string(fd), map);
+  ASSERT_TRUE(mem) << mem.error().message;
+  void* view = ::mmap(nullptr, kSize, PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(view, MAP_FAILED);
+  const auto* bytes = static_cast<const uint8_t*>(view);
+
+  ASSERT_TRUE((*mem)->write_word(0x1000, 0x1122334455667788ull));
+  ASSERT_TRUE((*mem)->write_word((4ull << 30) + 0x2008, 42));
+  uint64_t a = 0, b = 0;
+  std::memcpy(&a, bytes + 0x1000, 8);
+  std::memcpy(&b, bytes + 4 * kMiB + 0x2008, 8);
+  EXPECT_EQ(a, 0x1122334455667788ull);
+  EXPECT_EQ(b, 42u);
+  uint64_t back = 0;
+  ASSERT_TRUE((*mem)->read((4ull << 30) + 0x2008, &back, 8));
+  EXPECT_EQ(back, 42u);
+
+  auto unaligned = (*mem)->write_word(0x1004, 1);
+  ASSERT_FALSE(unaligned);
+  EXPECT_EQ(unaligned.error().code, ErrorCode::InvalidInput);
+  auto hole = (*mem)->write_word(5 * kMiB, 1);
+  ASSERT_FALSE(hole);
+  EXPECT_EQ(hole.error().code, ErrorCode::OutOfRange);
+  auto crossing = (*mem)->write_word(4 * kMiB - 4, 1);
+  EXPECT_FALSE(crossing);
+  ::munmap(view, kSize);
+  ::close(fd);
+}
+
+TEST(MmapMemoryWrite, BackendsThatCannotWriteSaySo) {
+  BufferMemory buffer(4096);
+  EXPECT_TRUE(buffer.write_word(8, 7));
+  struct ReadOnly final : GuestMemory {
+    PhysMap map{std::vector<RamRegion>{{0, 4096, 0}}};
+    Status read(uint64_t, void*, size_t) const override { return {}; }
+    const PhysMap& phys_map() const override { return map; }
+    std::string backend_name() const override { return "read-only"; }
+  } ro;
+  auto st = ro.write_word(8, 7);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code, ErrorCode::Unsupported);
+  EXPECT_NE(st.error().message.find("read-only"), std::string::npos) << st.error().message;
+}
+
+}  // namespace
+}  // namespace kt

@@ -112,6 +112,50 @@ TEST_F(TextSaverTest, UnreadableOrHugeRangesAreNackedWithTheReason) {
   EXPECT_TRUE(records().empty());
 }
 
+// The ack word: after the copy, the notice's id is stored at its
+// guest-physical address, so the guest's hold can end before the channel ack
+// gets back; a failed copy stores nothing; a bad address is refused and
+// counted, and the hold still stands on the channel ack.
+TEST_F(TextSaverTest, SavedNoticeStoresItsIdInTheAckWord) {
+  TextSaver saver(walker_, *store_, true);
+  saver.set_ack_word_writer([this](uint64_t gpa, uint64_t v) { return g_.mem.write_word(gpa, v); });
+  constexpr uint64_t kWord = 0x300010;
+  auto word = [this] {
+    uint64_t v = 0;
+    EXPECT_TRUE(g_.mem.read(kWord, &v, 8));
+    return v;
+  };
+  HoldRecord h = saver.on_guard_notice(at(1, {}), GuardNoticeEvent{41, kBase, kBase + 64, 1, kWord});
+  EXPECT_EQ(h.status, 0u) << h.error;
+  EXPECT_TRUE(h.word_acked) << h.word_error;
+  EXPECT_EQ(word(), 41u);
+
+  g_.unmap(kBase + 4096);
+  HoldRecord failed = saver.on_guard_notice(at(2, {}), GuardNoticeEvent{42, kBase + 4096, kBase + 4200, 1, kWord});
+  EXPECT_EQ(failed.status, 1u);
+  EXPECT_FALSE(failed.word_acked);
+  EXPECT_EQ(word(), 41u) << "a range that was not saved must not end the hold early";
+
+  HoldRecord unaligned = saver.on_guard_notice(at(3, {}), GuardNoticeEvent{43, kBase, kBase + 64, 1, kWord + 4});
+  EXPECT_EQ(unaligned.status, 0u) << "the text was saved; only the early ack is refused";
+  EXPECT_FALSE(unaligned.word_acked);
+  EXPECT_NE(unaligned.word_error.find("aligned"), std::string::npos) << unaligned.word_error;
+  HoldRecord outside = saver.on_guard_notice(at(4, {}), GuardNoticeEvent{44, kBase, kBase + 64, 1, 64ull << 30});
+  EXPECT_FALSE(outside.word_acked);
+  EXPECT_NE(outside.word_error.find("not RAM"), std::string::npos) << outside.word_error;
+  HoldRecord at_end = saver.on_guard_notice(at(5, {}), GuardNoticeEvent{45, kBase, kBase + 64, 1, (4u << 20) - 4});
+  EXPECT_FALSE(at_end.word_acked) << "a word crossing the end of RAM";
+  EXPECT_EQ(word(), 41u);
+  EXPECT_EQ(saver.stats().word_acks, 1u);
+  EXPECT_EQ(saver.stats().word_ack_failed, 3u);
+
+  // Without a writer (or a notice without a word) nothing is stored.
+  TextSaver plain(walker_, *store_, true);
+  HoldRecord p = plain.on_guard_notice(at(6, {}), GuardNoticeEvent{46, kBase, kBase + 64, 1, kWord});
+  EXPECT_FALSE(p.word_acked);
+  EXPECT_EQ(word(), 41u);
+}
+
 TEST_F(TextSaverTest, ALoadEventThatArrivesAfterItsFreeTakesTheGuardCopy) {
   TextSaver saver(walker_, *store_, true);
   uint64_t a = kBase + 64;

@@ -306,6 +306,10 @@ TEST_F(Sideband, PerfRingOverflowIsReportedWithExactCounts) {
   uint64_t arrived = log_.count("text_poke"), lost = log_.lost(KTP_LOST_PERF_RING);
   std::printf("[          ] 8 KiB rings: %lu pokes arrived, %lu records reported lost, guest oracle saw %lu\n",
               static_cast<unsigned long>(arrived), static_cast<unsigned long>(lost), static_cast<unsigned long>(oracle));
+  // Losses at the very end of the storm are not written as PERF_RECORD_LOST
+  // until the next record on that CPU; ktguest reads them with PERF_FORMAT_LOST.
+  std::printf("[          ] losses read before the kernel wrote their record: %s\n",
+              vm_->console_tail(400).find("not yet reported by the kernel") != std::string::npos ? "yes" : "none this run");
   EXPECT_GT(lost, 0u) << "8 KiB rings should overflow during the storm";
   const auto* hb = log_.last_heartbeat();
   ASSERT_NE(hb, nullptr);
@@ -313,7 +317,9 @@ TEST_F(Sideband, PerfRingOverflowIsReportedWithExactCounts) {
   // The oracle's own events flip static keys it cannot see (see above).
   EXPECT_LE(oracle, arrived + lost);
   EXPECT_GE(oracle + 64, arrived + lost);
-  ASSERT_TRUE(vm_->check("rm -f /run/ktguest.args; killall ktguest; sleep 3; ps | grep -v grep | grep -q ktguest"));
+  auto back = vm_->check("rm -f /run/ktguest.args; killall ktguest; sleep 3; ps | grep -v grep | grep -q ktguest");
+  ASSERT_TRUE(back) << "ktguest with default rings did not come back: " << back.error().message << "\n--- console ---\n"
+                     << vm_->console_tail(60);
 }
 
 }  // namespace

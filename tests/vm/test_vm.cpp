@@ -28,6 +28,11 @@ Result<std::unique_ptr<Background>> Background::start(const std::vector<std::str
                                                      const std::string& log_path) {
   auto bg = std::unique_ptr<Background>(new Background());
   bg->log_path_ = log_path;
+  // Truncate here, not only in the child: until the child opens it, a caller
+  // polling log() would read what an earlier run left in the file.
+  int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) return io_error("open " + log_path, errno);
+  ::close(log_fd);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);

@@ -206,6 +206,20 @@ TEST_F(UnloadRace, GuardSavesEveryUnloadedTextExactly) {
   EXPECT_EQ(summary.value("holds_failed", 1), 0);
   EXPECT_EQ(summary.value("lost_guard_miss", 1), 0);
   EXPECT_EQ(summary.value("holds", 0), after["notices"] - before["notices"]);
+  // kthost stored every saved hold's ack word (the memfd backing is
+  // writable), and ktguard ended holds on those words; the rest ended on the
+  // channel ack, which also came for every hold (late ones are counted).
+  EXPECT_EQ(summary.value("holds_word_acked", 0), summary.value("holds", 1));
+  EXPECT_EQ(summary.value("holds_word_ack_failed", 1), 0);
+  EXPECT_GT(after["word_acks"], before["word_acks"]);
+  EXPECT_EQ(after["stale_acks"], before["stale_acks"]) << "acks for ids ktguard never issued";
+  EXPECT_LE(after["word_acks"] - before["word_acks"], after["acks"] - before["acks"]);
+  EXPECT_GE(after["late_acks"] - before["late_acks"], after["word_acks"] - before["word_acks"])
+      << "each hold the word ended still gets its channel ack, after the hold";
+  std::printf("holds ended by the ack word: %lu of %lu (late channel acks %lu)\n",
+              static_cast<unsigned long>(after["word_acks"] - before["word_acks"]),
+              static_cast<unsigned long>(after["acks"] - before["acks"]),
+              static_cast<unsigned long>(after["late_acks"] - before["late_acks"]));
 
   auto store = read_text_store(dir + "/text.kts");
   ASSERT_TRUE(store) << store.error().message;

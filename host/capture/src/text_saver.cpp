@@ -75,6 +75,17 @@ HoldRecord TextSaver::on_guard_notice(const SidebandEvent& ev, const GuardNotice
   }
   if (h.status == 0) stats_.guard_saved++;
   else stats_.guard_failed++;
+  // Only a saved range ends the hold early; a failure goes by the channel
+  // ack alone, whose status reports it.
+  if (h.status == 0 && n.ack_addr && word_writer_) {
+    if (auto st = word_writer_(n.ack_addr, n.id); st) {
+      h.word_acked = true;
+      stats_.word_acks++;
+    } else {
+      h.word_error = st.error().message;
+      stats_.word_ack_failed++;
+    }
+  }
   h.copy_us = us_since(t0);
   return h;
 }

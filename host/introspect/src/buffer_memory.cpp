@@ -87,6 +87,14 @@ Status BufferMemory::read(uint64_t gpa, void* out, size_t len) const {
   return ok_status();
 }
 
+Status BufferMemory::write_word(uint64_t gpa, uint64_t value) {
+  KT_TRY(check_word_address(map_, gpa));
+  Chunk c = backed_chunk(map_, bytes_.size(), gpa, 8);
+  if (c.len != 8) return out_of_range(gpa, 8, gpa);
+  std::memcpy(bytes_.data() + c.offset, &value, 8);
+  return ok_status();
+}
+
 void BufferMemory::write(uint64_t gpa, const void* data, size_t len) {
   const auto* src = static_cast<const uint8_t*>(data);
   uint64_t at = gpa;

@@ -44,6 +44,20 @@ const uint8_t* MmapMemory::view(uint64_t gpa, uint64_t len) const {
   return base_ + *off;
 }
 
+Status MmapMemory::write_word(uint64_t gpa, uint64_t value) {
+  KT_TRY(check_word_address(map_, gpa));
+  uint64_t off = *map_.to_offset(gpa, 8);
+  if (off + 8 > size_) return Error(ErrorCode::OutOfRange, "guest-physical " + hex(gpa) + " is past the backing");
+  if (!write_fd_.valid()) {
+    write_fd_.reset(::open(path_.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!write_fd_.valid()) return io_error("open RAM backing " + path_ + " for writing", errno);
+  }
+  // One aligned 8-byte pwrite lands in one page of the shared backing.
+  ssize_t n = ::pwrite(write_fd_.get(), &value, 8, static_cast<off_t>(off));
+  if (n != 8) return io_error("pwrite RAM backing " + path_ + " at " + hex(off), n < 0 ? errno : EIO);
+  return {};
+}
+
 Status MmapMemory::read(uint64_t gpa, void* out, size_t len) const {
   return map_.read_runs(gpa, out, len, [this, gpa](uint64_t off, uint8_t* dst, size_t n) -> Status {
     if (off + n > size_) return Error(ErrorCode::OutOfRange, "guest-physical " + hex(gpa) + " is past the backing");

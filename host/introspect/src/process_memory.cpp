@@ -55,6 +55,28 @@ Status ProcessMemory::read_host(uint64_t hva, void* out, size_t len) const {
   return {};
 }
 
+Status ProcessMemory::write_word(uint64_t gpa, uint64_t value) {
+  KT_TRY(check_word_address(map_, gpa));
+  uint64_t hva = *map_.to_offset(gpa, 8);
+  if (!write_proc_mem_) {
+    iovec local{&value, 8};
+    iovec remote{reinterpret_cast<void*>(hva), 8};
+    ssize_t n = ::process_vm_writev(pid_, &local, 1, &remote, 1, 0);
+    if (n == 8) return {};
+    if (n < 0 && errno != EPERM && errno != ENOSYS)
+      return io_error("process_vm_writev of QEMU pid " + std::to_string(pid_) + " at " + hex(hva), errno);
+    write_proc_mem_ = true;
+  }
+  std::string path = "/proc/" + std::to_string(pid_) + "/mem";
+  if (!mem_write_fd_.valid()) {
+    mem_write_fd_.reset(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!mem_write_fd_.valid()) return io_error("open " + path + " for writing", errno);
+  }
+  ssize_t n = ::pwrite(mem_write_fd_.get(), &value, 8, static_cast<off_t>(hva));
+  if (n != 8) return io_error("pwrite " + path + " at " + hex(hva), n < 0 ? errno : EIO);
+  return {};
+}
+
 Status ProcessMemory::read(uint64_t gpa, void* out, size_t len) const {
   // The regions' backing offsets are QEMU's host virtual addresses.
   return map_.read_runs(gpa, out, len,

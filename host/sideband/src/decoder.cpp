@@ -227,7 +227,7 @@ void SidebandDecoder::handle_frame(const ktp_frame& f, uint64_t offset, std::vec
       if ((st = ktp_parse_guard_notice(&f, &m)) != KTP_OK) break;
       ev.time = m.time;
       ev.cpu = m.cpu;
-      emit(GuardNoticeEvent{m.id, m.start, m.end, m.kind});
+      emit(GuardNoticeEvent{m.id, m.start, m.end, m.kind, m.ack_addr});
       break;
     }
     case KTP_HEARTBEAT: {

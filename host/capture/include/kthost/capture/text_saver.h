@@ -38,11 +38,14 @@ struct HoldRecord {
   uint32_t status = 0;      // the ack: 0 saved, 1 not
   double copy_us = 0;       // reading guest RAM and storing
   double host_us = 0;       // notice decoded -> ack written
+  bool word_acked = false;  // the ack word in guest RAM was stored
   std::string error;        // why it could not be saved
+  std::string word_error;   // why the ack word could not be stored (the channel ack still goes)
 };
 
 struct TextSaverStats {
   uint64_t guard_notices = 0, guard_saved = 0, guard_failed = 0;
+  uint64_t word_acks = 0, word_ack_failed = 0;  // ack words stored in guest RAM, and refused
   uint64_t load_copies = 0, load_failed = 0;
   uint64_t loads_from_guard = 0;  // load events that arrived after their text's guard notice
   uint64_t unregister_copies = 0;
@@ -60,6 +63,13 @@ class TextSaver {
   TextSaver(PageWalker& walker, Sink sink, bool guard);
   TextSaver(PageWalker& walker, TextStoreWriter& store, bool guard)
       : TextSaver(walker, [&store](const TextRecord& r) { return store.append(r); }, guard) {}
+
+  // Stores a guard notice's ack word in guest RAM (GuestMemory::write_word).
+  using WordWriter = std::function<Status(uint64_t gpa, uint64_t value)>;
+  // With a writer, a saved notice that names an ack word gets the id stored
+  // there before on_guard_notice returns: the guest's hold can end without
+  // waiting for the channel ack (which the caller still sends).
+  void set_ack_word_writer(WordWriter writer) { word_writer_ = std::move(writer); }
 
   // Saves a GUARD_NOTICE's range; returns the hold (status for the ack).
   HoldRecord on_guard_notice(const SidebandEvent& ev, const GuardNoticeEvent& notice);
@@ -82,6 +92,7 @@ class TextSaver {
 
   PageWalker& walker_;
   Sink sink_;
+  WordWriter word_writer_;
   bool guard_;
   TextSaverStats stats_;
   std::vector<std::string> lost_;

@@ -29,6 +29,9 @@ class MmapMemory final : public GuestMemory {
   ~MmapMemory() override;
   Status read(uint64_t gpa, void* out, size_t len) const override;
   const PhysMap& phys_map() const override { return map_; }
+  // pwrite through a second, writable descriptor of the backing (the mapping
+  // stays read-only), opened at the first write.
+  Status write_word(uint64_t gpa, uint64_t value) override;
   std::string backend_name() const override { return "mmap"; }
   // Direct view of [gpa, gpa+len) when it lies in one region (no copy).
   const uint8_t* view(uint64_t gpa, uint64_t len) const;
@@ -39,6 +42,7 @@ class MmapMemory final : public GuestMemory {
   size_t size_ = 0;
   PhysMap map_;
   std::string path_;
+  UniqueFd write_fd_;
 };
 
 // Finds QEMU's memfd RAM backing: the fd of process `pid` whose link is
@@ -56,6 +60,8 @@ class ProcessMemory final : public GuestMemory {
   static Result<std::unique_ptr<ProcessMemory>> open(Monitor& monitor, int pid, PhysMap map);
   Status read(uint64_t gpa, void* out, size_t len) const override;
   const PhysMap& phys_map() const override { return map_; }
+  // process_vm_writev, or /proc/<pid>/mem when that is refused.
+  Status write_word(uint64_t gpa, uint64_t value) override;
   std::string backend_name() const override { return "process"; }
 
  private:
@@ -65,6 +71,8 @@ class ProcessMemory final : public GuestMemory {
   PhysMap map_;        // backing_offset of each region = its host virtual address
   mutable UniqueFd mem_fd_;  // /proc/<pid>/mem, opened lazily as the fallback
   mutable bool use_proc_mem_ = false;
+  UniqueFd mem_write_fd_;    // /proc/<pid>/mem for writing, opened lazily
+  bool write_proc_mem_ = false;
 };
 
 // Parses "Host virtual address for 0x1000 (ram0) is 0x7fb35c000000".

@@ -57,6 +57,8 @@ class PhysMap {
 };
 
 Error not_ram_error(uint64_t gpa);
+// An 8-byte word a write may target: aligned, and wholly inside one RAM region.
+Status check_word_address(const PhysMap& map, uint64_t gpa);
 
 template <typename ReadRun>
 Status PhysMap::read_runs(uint64_t gpa, void* out, size_t len, ReadRun&& read_run) const {
@@ -82,6 +84,11 @@ class GuestMemory {
   // could not be read.
   virtual Status read(uint64_t gpa, void* out, size_t len) const = 0;
   virtual const PhysMap& phys_map() const = 0;
+  // Stores one 8-byte-aligned word of guest RAM. The only write kthost makes
+  // to a guest: the ack word of a guard hold (ktguard's notice names it).
+  // Errors: InvalidInput (unaligned), OutOfRange (not RAM), Io, Unsupported
+  // (a backend that cannot write).
+  virtual Status write_word(uint64_t gpa, uint64_t value);
   // "mmap", "process", "buffer", ...
   virtual std::string backend_name() const = 0;
 };
@@ -96,6 +103,7 @@ class BufferMemory final : public GuestMemory {
 
   Status read(uint64_t gpa, void* out, size_t len) const override;
   const PhysMap& phys_map() const override { return map_; }
+  Status write_word(uint64_t gpa, uint64_t value) override;
   std::string backend_name() const override { return "buffer"; }
 
   // Test helpers: write into the buffer at a guest-physical address.

@@ -56,6 +56,7 @@ struct LostEvent {
 struct GuardNoticeEvent {
   uint64_t id = 0, start = 0, end = 0;
   uint32_t kind = 0;
+  uint64_t ack_addr = 0;  // guest-physical ack word (0: none); see PROTOCOL.md
 };
 struct HeartbeatEvent {
   uint64_t frames_sent = 0, perf_records = 0, text_pokes = 0, lost_records = 0, queue_dropped = 0;
