@@ -1,7 +1,6 @@
 // The sideband against a real TCG guest running ktguest: every change to
 // guest kernel text reaches the host as an event, with the right data.
 #include <functional>
-#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "guest_checks.h"
@@ -285,20 +284,28 @@ TEST_F(Sideband, PerfRingOverflowIsReportedWithExactCounts) {
   ASSERT_TRUE(ch) << ch.error().message;
   channel_ = std::make_unique<SidebandChannel>(std::move(*ch));
   ASSERT_TRUE(collect_until([&] { return log_.count("state_dump") > 0; }, 120));
-  // Keep reading while the guest runs the storm, so that only the rings overflow.
+  // Keep reading while the guest runs the storm, so that only the rings
+  // overflow. The storm runs in the background in the guest, and the test
+  // polls for its end on the one exec connection (no second connection).
+  auto started = vm_->check("rm -f /tmp/storm.done /tmp/count.json; "
+                            "(ktprobe sideband-count --seconds 40 > /tmp/count.json & sleep 1; T=/sys/kernel/tracing; "
+                            "echo function > $T/current_tracer; echo nop > $T/current_tracer; wait; "
+                            "touch /tmp/storm.done) </dev/null >/tmp/storm.log 2>&1 &");
+  ASSERT_TRUE(started) << started.error().message;
   std::string result;
-  std::thread storm([&] {
-    auto exec = GuestExec::connect(vm_->description().exec_channel, std::chrono::seconds(10));
-    if (!exec) return;
-    auto r = exec->run("ktprobe sideband-count --seconds 40 > /tmp/count.json & sleep 1; T=/sys/kernel/tracing; "
-                       "echo function > $T/current_tracer; echo nop > $T/current_tracer; wait; cat /tmp/count.json",
-                       std::chrono::seconds(180));
-    if (r) result = r->output;
-  });
-  vm_->release_channels();  // the thread uses its own exec connection
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(200);
-  while (result.empty() && std::chrono::steady_clock::now() < deadline) drain(1);
-  storm.join();
+  while (std::chrono::steady_clock::now() < deadline) {
+    drain(1);
+    auto done = vm_->exec("test -e /tmp/storm.done", std::chrono::seconds(30));
+    ASSERT_TRUE(done) << done.error().message;
+    if (done->status == 0) {
+      auto out = vm_->check("cat /tmp/count.json");
+      ASSERT_TRUE(out) << out.error().message;
+      result = *out;
+      break;
+    }
+  }
+  ASSERT_FALSE(result.empty()) << "the storm did not finish in 200 s";
   drain(3);
   auto count = nlohmann::json::parse(std::string(trim(result)), nullptr, false);
   ASSERT_TRUE(count.is_object()) << result;
