@@ -13,7 +13,7 @@
 unsigned int ktg_hold_ms = 200;
 unsigned int ktg_spin_max_ms = 200;
 unsigned int ktg_word_spin_us = 3000;
-unsigned int ktg_word_busy_us = 1000;
+unsigned int ktg_word_busy_us = 3000;
 struct ktg_stats ktg_stats;
 
 static int ktg_set_ms(const char *val, const struct kernel_param *kp)
@@ -43,7 +43,7 @@ MODULE_PARM_DESC(word_spin_us, "once the host stores ack words in guest RAM, how
 		 "(default 3000; 0: sleep at once)");
 module_param_named(word_busy_us, ktg_word_busy_us, uint, 0644);
 MODULE_PARM_DESC(word_busy_us, "of word_spin_us, how long the poll goes on while other tasks wait for the CPU; "
-		 "after that only while the CPU would otherwise idle, in us (default 1000)");
+		 "after that only while the CPU would otherwise idle, in us (default 3000: all of it)");
 bool ktg_verbose;
 module_param_named(verbose, ktg_verbose, bool, 0644);
 MODULE_PARM_DESC(verbose, "log every notice and its outcome (for tests)");
