@@ -222,6 +222,30 @@ TEST_F(DecodeTest, ErrorsAreClassifiedWithAddressAndTime) {
   EXPECT_EQ(insns_of(p, a.symbols, "f_func"), 8u);
 }
 
+// After an OVF the time stays stale until the next timing packet: text that
+// is missing at that stale time is part of the overflow's loss. Once a later
+// time arrives, missing text is a no-text error again.
+TEST_F(DecodeTest, MissingTextRightAfterAnOverflowIsTheOverflows) {
+  auto b = core_bundle();
+  test::PtWriter w;
+  w.psb(100);
+  w.ovf();
+  w.pge(0xffffffff82000000ull);  // no text there, at the stale time 100
+  w.psb(200);
+  w.pge(0xffffffff82000000ull);  // the same, with the time known (200)
+  b.pt[0] = w.finish();
+  Analysis a = open(b);
+  Profile p = decode(a);
+  EXPECT_EQ(p.error_counts[DecodeErrorKind::Overflow], 2u);
+  EXPECT_EQ(p.error_counts[DecodeErrorKind::NoText], 1u);
+  ASSERT_EQ(p.errors.size(), 3u);
+  EXPECT_EQ(p.errors[1].kind, DecodeErrorKind::Overflow);
+  EXPECT_EQ(p.errors[1].ip, 0xffffffff82000000ull);
+  EXPECT_NE(p.errors[1].detail.find("after an overflow"), std::string::npos) << p.errors[1].detail;
+  EXPECT_EQ(p.errors[2].kind, DecodeErrorKind::NoText);
+  EXPECT_EQ(p.errors[2].time, 200u);
+}
+
 TEST_F(DecodeTest, ParallelDecodeEqualsSequential) {
   auto b = core_bundle();
   for (uint32_t cpu : {0u, 1u}) {

@@ -161,16 +161,29 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
     return reset ? child(0, fn) : child(child(0, kStackMarker | std::min(underflows, 0xffffu)), fn);
   };
   auto is_root = [&](uint32_t n) { return n == 0 || (n != 0 && nodes_[n].fn != UINT32_MAX && (nodes_[n].fn & kStackMarker)); };
+  // After an overflow the time stays where it was until the next timing
+  // packet, though the packets that follow may have run much later (the TCG
+  // plugin's OVF closes a deferred frame). The text version at `now` is then
+  // a guess: text missing there is the overflow's loss, not missing text.
+  bool time_uncertain = false;
   auto record = [&](DecodeErrorKind kind, int code, uint64_t ip) {
+    const char* detail = code ? pt_errstr(pt_errcode(code)) : "overflow";
+    if (kind == DecodeErrorKind::NoText && time_uncertain) {
+      kind = DecodeErrorKind::Overflow;
+      detail = "no text at this address while the time was unknown after an overflow";
+    }
     s.error_counts[kind]++;
     if (kind != DecodeErrorKind::Overflow) s.error_total++;
     if (s.errors.size() >= options_.max_error_examples) return;
     uint64_t offset = 0;
     pt_blk_get_offset(dec, &offset);
-    s.errors.push_back({kind, piece.cpu, piece.begin + offset, ip, now, code ? pt_errstr(pt_errcode(code)) : "overflow"});
+    s.errors.push_back({kind, piece.cpu, piece.begin + offset, ip, now, detail});
   };
   auto update_time = [&](uint64_t t) {
-    if (t > now) now = t;
+    if (t > now) {
+      now = t;
+      time_uncertain = false;
+    }
     if (now >= cursor_.next_change()) cursor_.advance(now);
   };
   int status = pt_blk_sync_forward(dec);
@@ -183,6 +196,7 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
       switch (ev.type) {
         case ptev_overflow:
           record(DecodeErrorKind::Overflow, 0, ev.variant.overflow.ip);
+          time_uncertain = true;  // until a later time arrives
           cur = 0;
           reset = true;
           leader = true;
