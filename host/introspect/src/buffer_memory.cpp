@@ -88,10 +88,9 @@ Status BufferMemory::read(uint64_t gpa, void* out, size_t len) const {
 }
 
 Status BufferMemory::write_word(uint64_t gpa, uint64_t value) {
-  KT_TRY(check_word_address(map_, gpa));
-  Chunk c = backed_chunk(map_, bytes_.size(), gpa, 8);
-  if (c.len != 8) return out_of_range(gpa, 8, gpa);
-  std::memcpy(bytes_.data() + c.offset, &value, 8);
+  KT_ASSIGN_OR_RETURN(uint64_t off, word_backing_offset(map_, gpa));
+  if (off > bytes_.size() || bytes_.size() - off < 8) return out_of_range(gpa, 8, gpa);
+  std::memcpy(bytes_.data() + off, &value, 8);
   return ok_status();
 }
 

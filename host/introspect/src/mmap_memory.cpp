@@ -45,8 +45,7 @@ const uint8_t* MmapMemory::view(uint64_t gpa, uint64_t len) const {
 }
 
 Status MmapMemory::write_word(uint64_t gpa, uint64_t value) {
-  KT_TRY(check_word_address(map_, gpa));
-  uint64_t off = *map_.to_offset(gpa, 8);
+  KT_ASSIGN_OR_RETURN(uint64_t off, word_backing_offset(map_, gpa));
   if (off + 8 > size_) return Error(ErrorCode::OutOfRange, "guest-physical " + hex(gpa) + " is past the backing");
   if (!write_fd_.valid()) {
     write_fd_.reset(::open(path_.c_str(), O_WRONLY | O_CLOEXEC));

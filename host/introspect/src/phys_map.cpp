@@ -124,10 +124,11 @@ Error not_ram_error(uint64_t gpa) {
   return Error(ErrorCode::OutOfRange, "guest-physical " + hex(gpa) + " is not RAM");
 }
 
-Status check_word_address(const PhysMap& map, uint64_t gpa) {
+Result<uint64_t> word_backing_offset(const PhysMap& map, uint64_t gpa) {
   if (gpa % 8) return Error(ErrorCode::InvalidInput, "guest-physical word " + hex(gpa) + " is not 8-byte aligned");
-  if (!map.to_offset(gpa, 8)) return not_ram_error(gpa);
-  return {};
+  auto off = map.to_offset(gpa, 8);
+  if (!off) return not_ram_error(gpa);
+  return *off;
 }
 
 Status GuestMemory::write_word(uint64_t gpa, uint64_t) {

@@ -56,8 +56,7 @@ Status ProcessMemory::read_host(uint64_t hva, void* out, size_t len) const {
 }
 
 Status ProcessMemory::write_word(uint64_t gpa, uint64_t value) {
-  KT_TRY(check_word_address(map_, gpa));
-  uint64_t hva = *map_.to_offset(gpa, 8);
+  KT_ASSIGN_OR_RETURN(uint64_t hva, word_backing_offset(map_, gpa));  // backing offsets are QEMU addresses
   if (!write_proc_mem_) {
     iovec local{&value, 8};
     iovec remote{reinterpret_cast<void*>(hva), 8};

@@ -57,8 +57,9 @@ class PhysMap {
 };
 
 Error not_ram_error(uint64_t gpa);
-// An 8-byte word a write may target: aligned, and wholly inside one RAM region.
-Status check_word_address(const PhysMap& map, uint64_t gpa);
+// The backing offset of an 8-byte word a write may target: aligned, and
+// wholly inside one RAM region.
+Result<uint64_t> word_backing_offset(const PhysMap& map, uint64_t gpa);
 
 template <typename ReadRun>
 Status PhysMap::read_runs(uint64_t gpa, void* out, size_t len, ReadRun&& read_run) const {
