@@ -6,6 +6,7 @@
 
 #include "command.h"
 #include "kthost/pt/requirements.h"
+#include "kthost/vm/accelerator.h"
 
 namespace kt::cli {
 namespace {
@@ -37,8 +38,16 @@ int run(const std::vector<std::string>& args) {
   bool software = checks.back().ok;
   std::string source = hardware ? "hardware (perf intel_pt on KVM vCPU threads)"
                                 : software ? "software (the TCG plugin; QEMU without KVM)" : "none";
+  AcceleratorChoice accel = choose_accelerator(live_system_roots());
+  std::string accel_line = std::string(accelerator_name(accel.accel)) + " (" + accel.reason + ")";
   if (opt.has("json")) {
-    nlohmann::json doc = {{"hardware_pt", hardware}, {"software_pt", software}, {"pt_source", source}};
+    nlohmann::json doc = {{"hardware_pt", hardware},
+                          {"software_pt", software},
+                          {"pt_source", source},
+                          {"accelerator", accelerator_name(accel.accel)},
+                          {"accelerator_reason", accel.reason},
+                          {"kvm_flavour", accel.kvm.flavour()},
+                          {"kvm_present_but_unusable", accel.kvm_present_but_unusable}};
     for (const auto& c : checks)
       doc["checks"].push_back({{"name", c.name}, {"ok", c.ok}, {"detail", c.detail}, {"fix", c.ok ? "" : c.fix}});
     std::printf("%s\n", doc.dump(2).c_str());
@@ -48,7 +57,10 @@ int run(const std::vector<std::string>& args) {
     std::printf("%-4s %-22s %s\n", c.ok ? "ok" : "NO", c.name.c_str(), c.detail.c_str());
     if (!c.ok) std::printf("     %-22s fix: %s\n", "", c.fix.c_str());
   }
-  std::printf("\nPT source: %s\n", source.c_str());
+  std::printf("\nKVM flavour: %s\nGuests run under: %s\n", accel.kvm.flavour().c_str(), accel_line.c_str());
+  if (accel.kvm_present_but_unusable)
+    std::printf("Note: /dev/kvm exists here but cannot run stock guests; kthost uses TCG.\n");
+  std::printf("PT source: %s\n", source.c_str());
   return software || hardware ? 0 : 1;
 }
 

@@ -106,7 +106,10 @@ Result<std::unique_ptr<TestVm>> TestVm::start(const VmOptions& o) {
   std::string cmd = launcher() + " start --image " + image_dir() + " --state-dir " + vm->state_dir_ +
                     " --name " + o.name + " --mem " + o.mem + " --smp " + std::to_string(o.smp) +
                     " --ram-backend " + o.ram_backend + " --machine " + o.machine +
-                    " --boot-timeout " + std::to_string(o.boot_timeout_s) + " --tcg-threads " + o.tcg_threads;
+                    " --boot-timeout " + std::to_string(o.boot_timeout_s) + " --tcg-threads " + o.tcg_threads +
+                    " --accel " + o.accel;
+  if (!o.append.empty()) cmd += " --append '" + o.append + "'";
+  if (o.silence_timeout_s > 0) cmd += " --silence-timeout " + std::to_string(o.silence_timeout_s);
   auto r = run_command(cmd, o.boot_timeout_s + 60);
   vm->vm_json_ = vm->state_dir_ + "/vm.json";
   if (r.status != 0) {

@@ -27,6 +27,9 @@ struct VmOptions {
   // function-entry site during the function-tracer storm (soft lockups in
   // _raw_read_lock+0x0); one thread for all vCPUs did not.
   std::string tcg_threads = "multi";
+  std::string accel = "auto";   // auto: the rule of `kthost accel`
+  std::string append = "";      // extra kernel command line
+  int silence_timeout_s = 0;    // 0: the launcher's default
 };
 
 // Runs a shell command line with a hard timeout; returns its exit status and

@@ -45,10 +45,18 @@ die() { echo "kthost-libvirt: $*" >&2; exit 1; }
 say() { echo "kthost-libvirt: $*" >&2; }
 virsh_q() { virsh -q -c "$URI" "$@"; }
 
-kvm_usable() {
-  [ -c /dev/kvm ] || return 1
-  # Opening it read-write is what QEMU will do.
-  ( exec 3<>/dev/kvm ) 2>/dev/null
+# The accelerator rule lives in one place, `kthost accel` (host/vm
+# accelerator.h): KVM only where it can run a stock x86-64 guest. Prints
+# "kvm: why" or "tcg: why". Without a kthost binary nothing proves KVM works.
+accel_rule() {
+  bin=${KTHOST:-}
+  [ -n "$bin" ] || [ -z "${1:-}" ] || bin="$1/../host/cli/kthost"
+  [ -x "$bin" ] || bin=$(command -v kthost 2>/dev/null || true)
+  if [ -z "$bin" ] || [ ! -x "$bin" ]; then
+    echo "tcg: no kthost binary (set KTHOST) to check whether KVM can run a stock guest"
+    return 0
+  fi
+  "$bin" accel 2>/dev/null || echo "tcg: '$bin accel' failed, so KVM is not trusted"
 }
 
 configure_qemu_conf() {
@@ -163,10 +171,10 @@ cmd_define() {
     [ -f "$image/$f" ] || die "$image/$f is missing (build the image: cmake --build BUILD --target vm-image)"
   done
   case "$mem" in ''|*[!0-9]*) die "--mem takes MiB" ;; esac
+  rule=$(accel_rule "$image")
   case "$accel" in
-    auto) if kvm_usable; then accel=kvm; else accel=tcg; fi ;;
-    kvm) kvm_usable || die "--accel kvm: /dev/kvm cannot be opened read-write" ;;
-    tcg) ;;
+    auto) accel=${rule%%:*}; say "accelerator $rule" ;;
+    kvm|tcg) [ "$accel" = "${rule%%:*}" ] || say "warning: --accel $accel, though the rule says $rule" ;;
     *) die "--accel auto|kvm|tcg" ;;
   esac
   if [ "$accel" = kvm ]; then dtype=kvm cpu="<cpu mode='host-passthrough'/>"; else dtype=qemu cpu="<cpu mode='maximum'/>"; fi
@@ -261,6 +269,7 @@ cmd_start() {
   log="$dir/console.log"
   mkdir -p "$dir"
   rm -f "$log" "$dir"/*.sock
+  dtype=$(virsh_q dumpxml "$name" 2>/dev/null | sed -n "s/^<domain type='\([a-z]*\)'.*/\1/p" | head -1)
   virsh_q start "$name" >/dev/null || die "virsh start $name failed"
   start=$(date +%s)
   while :; do
@@ -271,8 +280,17 @@ cmd_start() {
     fi
     state=$(virsh_q domstate "$name" 2>/dev/null || echo gone)
     if [ "$state" != running ]; then
-      say "$name is $state before the guest was ready; last console lines:"
+      say "$name is $state before the guest was ready${dtype:+ (domain type $dtype)}; last console lines:"
+      [ "$dtype" != kvm ] || say "under KVM; the accelerator rule says: $(accel_rule "")"
       tail -30 "$log" >&2 2>/dev/null || true
+      exit 1
+    fi
+    # Under KVM a healthy guest prints within seconds; one that stays silent
+    # most likely never boots there (a kvm_pvm /dev/kvm, say).
+    if [ "$dtype" = kvm ] && [ ! -s "$log" ] && [ $(( $(date +%s) - start )) -ge 45 ]; then
+      say "no console output at all from $name in 45 s under KVM; this host's KVM likely cannot run a stock kernel" \
+          "(kthost accel: $(accel_rule "")); redefine it with --accel tcg. Destroying it."
+      virsh_q destroy "$name" >/dev/null 2>&1 || true
       exit 1
     fi
     if [ $(( $(date +%s) - start )) -ge "$timeout_s" ]; then

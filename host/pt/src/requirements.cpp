@@ -11,6 +11,7 @@
 #include "kthost/common/io.h"
 #include "kthost/common/strings.h"
 #include "kthost/pt/pmu.h"
+#include "kthost/vm/accelerator.h"
 
 namespace kt {
 namespace {
@@ -119,15 +120,15 @@ RequirementCheck check_pt_in_vmx(const SystemRoots& roots) {
   return c;
 }
 
-RequirementCheck check_dev_kvm(const SystemRoots& roots) {
-  std::string path = roots.dev + "/kvm";
-  RequirementCheck c{"/dev/kvm", false, "", ""};
-  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
-  int err = fd.valid() ? 0 : errno;
-  c.ok = fd.valid();
-  c.detail = c.ok ? "usable"
-                  : (exists(path) ? "present, not openable: " + std::string(std::strerror(err)) : "absent");
-  c.fix = "modprobe kvm_intel; add the user to group kvm; nested virtualisation in a VM";
+// The accelerator rule, not just an open /dev/kvm: a kvm_pvm host has one
+// that cannot boot a stock guest, let alone trace it.
+RequirementCheck check_kvm(const SystemRoots& roots) {
+  AcceleratorChoice choice = choose_accelerator(roots);
+  RequirementCheck c{"KVM for stock guests", choice.accel == Accelerator::Kvm, "", ""};
+  c.detail = "flavour " + choice.kvm.flavour() + ": " + choice.reason;
+  c.fix = choice.kvm_present_but_unusable
+              ? "guests run under TCG here; hardware PT needs a host whose CPU shows VMX, with kvm_intel loaded"
+              : "modprobe kvm_intel; add the user to group kvm; nested virtualisation in a VM";
   return c;
 }
 
@@ -185,14 +186,8 @@ RequirementCheck check_debugfs(const SystemRoots& roots) {
 
 }  // namespace
 
-SystemRoots live_system_roots() {
-  SystemRoots roots;
-  roots.is_root = ::geteuid() == 0;
-  return roots;
-}
-
 std::vector<RequirementCheck> check_hardware_pt_requirements(const SystemRoots& roots) {
-  return {check_cpu(roots),     check_pmu(roots),     check_pt_in_vmx(roots), check_dev_kvm(roots),
+  return {check_cpu(roots),     check_pmu(roots),     check_pt_in_vmx(roots), check_kvm(roots),
           check_pt_mode(roots), check_paranoid(roots), check_debugfs(roots)};
 }
 

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "kthost/common/system_roots.h"
+
 namespace kt {
 
 struct RequirementCheck {
@@ -14,18 +16,8 @@ struct RequirementCheck {
   std::string fix;     // how to fix it, when not ok
 };
 
-// Where the checks look; tests point these at fake trees.
-struct SystemRoots {
-  std::string proc = "/proc";
-  std::string sys = "/sys";
-  std::string dev = "/dev";
-  bool is_root = false;  // effective uid 0 (perf_event_paranoid does not apply)
-};
-
-// The roots of this machine, with is_root from geteuid().
-SystemRoots live_system_roots();
-
-// In order: Intel CPU with PT, intel_pt PMU, PT in VMX operation, /dev/kvm,
+// In order: Intel CPU with PT, intel_pt PMU, PT in VMX operation, KVM that
+// runs stock guests (the accelerator rule in kthost/vm/accelerator.h),
 // kvm_intel pt_mode, perf_event_paranoid, KVM debugfs. Never fails: what
 // cannot be read is reported as not ok, and says so.
 std::vector<RequirementCheck> check_hardware_pt_requirements(const SystemRoots& roots);
