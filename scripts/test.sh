@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # All tests: unit tests, VM integration tests against real QEMU guests, the
 # unit tests again under ASan+UBSan, and every fuzz target for a bounded time
 # under ASan+UBSan.  Environment: FUZZ_SECONDS (default 30 per target).
@@ -10,19 +10,39 @@ fuzz_seconds=${FUZZ_SECONDS:-30}
 "$src/scripts/install-deps.sh"
 "$src/scripts/build.sh" "$build"
 
+# A skipped test is not a passed one: this script installs every package and
+# runs as root, so nothing here has a reason to skip. KTHOST_ALLOW_SKIPS=1
+# lets a developer's partial run through (never CI).
+run_ctest() {  # DIR LOG ARGS...
+  dir=$1 log=$2
+  shift 2
+  set +e
+  (cd "$dir" && ctest --output-on-failure "$@") 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  [ "$rc" -eq 0 ] || { echo "== ctest failed (status $rc; log $log)"; exit 1; }
+  skipped=$(grep -c '(Skipped)' "$log" || true)
+  if [ "$skipped" -gt 0 ] && [ "${KTHOST_ALLOW_SKIPS:-0}" != 1 ]; then
+    echo "== $skipped test(s) skipped: a skip is a failure here (KTHOST_ALLOW_SKIPS=1 for a partial local run)"
+    exit 1
+  fi
+}
+
 echo "== unit and VM integration tests (ctest)"
-(cd "$build" && ctest --output-on-failure --timeout 900)
+run_ctest "$build" "$build/ctest.log" --timeout 900
 
 echo "== ASan+UBSan build (clang-14) with fuzz targets"
 CC=clang-14 CXX=clang++-14 cmake -S "$src" -B "$asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DKTHOST_SANITIZE=ON -DKTHOST_FUZZ=ON -DKTHOST_GUEST_KIT=OFF >/dev/null
 cmake --build "$asan" -j"$(nproc)"
 echo "== unit tests under ASan+UBSan"
-(cd "$asan" && ctest --output-on-failure -L unit)
+run_ctest "$asan" "$asan/ctest.log" -L unit
 
 echo "== fuzz targets, ${fuzz_seconds}s each"
+fuzzed=0
 for target in "$asan"/tests/fuzz/fuzz_*; do
   [ -x "$target" ] || continue
+  fuzzed=$((fuzzed + 1))
   name=$(basename "$target")
   corpus="$asan/fuzz-corpus/$name"
   mkdir -p "$corpus"
@@ -37,4 +57,8 @@ for target in "$asan"/tests/fuzz/fuzz_*; do
   fi
   echo "-- $name: $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$') runs, no failure"
 done
-echo "== all tests passed"
+if [ "$fuzzed" -eq 0 ]; then
+  echo "== no fuzz target was built in $asan/tests/fuzz: that is a failure"
+  exit 1
+fi
+echo "== all tests passed ($fuzzed fuzz targets)"

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "kthost/trace/loss_counters.h"
 #include "target.h"
 #include "kthost/common/strings.h"
 #include "kthost/sideband/channel.h"
@@ -22,6 +23,8 @@ void on_signal(int) { g_stop = true; }
 
 void print_summary(const EventLog& log, const SidebandDecoder& dec, bool json) {
   const auto& st = dec.stats();
+  // The same counters and names as kthost trace's summary (no guard here).
+  LossCounters losses = LossCounters::collect(log, st, TextSaverStats{}, 0);
   if (json) {
     nlohmann::json j = {{"kind", "summary"},
                         {"events", log.size()},
@@ -30,19 +33,11 @@ void print_summary(const EventLog& log, const SidebandDecoder& dec, bool json) {
                         {"bpf_events", log.count("bpf")},
                         {"module_loads", log.count("module_load")},
                         {"module_unloads", log.count("module_unload")},
-                        {"lost_perf_ring", log.lost(1)},
-                        {"lost_queue", log.lost(2)},
-                        {"lost_guard_miss", log.lost(3)},
-                        {"lost_unguarded", log.lost(5)},
-                        {"guard_missed_since_load", log.lost_since_load(3)},
-                        {"unguarded_since_load", log.lost_since_load(5)},
-                        {"lost_module_race", log.lost(4)},
                         {"frames", st.frames},
                         {"bytes", st.bytes},
-                        {"decode_errors", st.errors()},
                         {"skipped_bytes", st.skipped_bytes},
-                        {"frames_missing", st.frames_missing},
                         {"log_dropped", log.dropped()}};
+    j.update(losses.to_json());
     if (const auto* hb = log.last_heartbeat())
       j["guest"] = {{"frames_sent", hb->frames_sent}, {"perf_records", hb->perf_records},
                     {"text_pokes", hb->text_pokes}, {"lost_records", hb->lost_records},
@@ -50,17 +45,11 @@ void print_summary(const EventLog& log, const SidebandDecoder& dec, bool json) {
     std::printf("%s\n", j.dump().c_str());
     return;
   }
-  std::fprintf(stderr,
-               "summary: %zu events (%zu text_poke, %zu ksymbol, %zu bpf, %zu module load, %zu unload); "
-               "lost: %lu perf-ring, %lu queue, %lu guard-miss, %lu unguarded, %lu module-race; %lu frames, %s, "
-               "%lu decode errors, %lu frames missing\n",
+  std::fprintf(stderr, "summary: %zu events (%zu text_poke, %zu ksymbol, %zu bpf, %zu module load, %zu unload); "
+                       "%lu frames, %s; %s\n",
                log.size(), log.count("text_poke"), log.count("ksymbol"), log.count("bpf"), log.count("module_load"),
-               log.count("module_unload"), static_cast<unsigned long>(log.lost(1)),
-               static_cast<unsigned long>(log.lost(2)), static_cast<unsigned long>(log.lost(3)),
-               static_cast<unsigned long>(log.lost(5)),
-               static_cast<unsigned long>(log.lost(4)), static_cast<unsigned long>(st.frames),
-               human_bytes(st.bytes).c_str(), static_cast<unsigned long>(st.errors()),
-               static_cast<unsigned long>(st.frames_missing));
+               log.count("module_unload"), static_cast<unsigned long>(st.frames), human_bytes(st.bytes).c_str(),
+               losses.describe().c_str());
   for (const auto& e : dec.recent_errors())
     std::fprintf(stderr, "  decode error at stream offset %lu: %s\n", static_cast<unsigned long>(e.offset),
                  e.reason.c_str());

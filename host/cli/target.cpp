@@ -15,6 +15,22 @@ void target_options(Options& opt) {
   opt.value("connect", "URI", "libvirt connection URI for --domain (default qemu:///system)");
 }
 
+void trace_session_options(Options& opt) {
+  opt.value("backend", "NAME", "guest memory backend: auto (default), mmap, process");
+  opt.value("pt", "SOURCE", "PT source: auto (hardware where doctor allows it, else the TCG plugin), hardware, software, none");
+  opt.value("pt-psb", "N", "hardware PT: a PSB every 2^(11+N) bytes");
+  opt.value("pt-mtc", "N", "hardware PT: MTC every 2^N crystal ticks (default 3); \"off\" for none");
+  opt.value("pt-cyc", "N", "hardware PT: cycle-accurate mode with CYC threshold N");
+  opt.flag("pt-no-tsc", "hardware PT: no TSC packets");
+  opt.flag("no-guard", "do not answer ktguard: unloads are saved best effort from unregister events");
+  opt.flag("no-ack-word", "answer holds only through the channel, not also by the ack word in guest RAM");
+}
+
+TraceOptionWords trace_option_words(const Options& opt, const std::string& out_dir) {
+  return {opt.get("backend"), opt.get("pt"),         opt.get("pt-psb"),         opt.get("pt-mtc"), opt.get("pt-cyc"),
+          opt.has("pt-no-tsc"), opt.has("no-guard"), opt.has("no-ack-word"), out_dir};
+}
+
 Status Target::check_alive() const {
   if (domain) return domain->check_alive();
   if (vm.pid > 0 && ::kill(vm.pid, 0) != 0 && errno == ESRCH)

@@ -9,6 +9,7 @@
 
 #include "command.h"
 #include "kthost/libvirt/libvirt_domain.h"
+#include "kthost/trace/trace_session.h"
 #include "kthost/vm/monitor.h"
 #include "kthost/vm/vm_description.h"
 
@@ -39,5 +40,10 @@ struct TargetNeeds {
 // process memory; the org.kthost.0 channel). Errors: InvalidArgument when
 // neither or both of --vm and --domain are given; libvirt's and QMP's errors.
 Result<Target> open_target(const Options& opt, TargetNeeds needs = {});
+
+// The options every front end of a TraceSession shares (--backend, --pt and
+// the hardware PT settings, --no-guard, --no-ack-word), and their words.
+void trace_session_options(Options& opt);
+TraceOptionWords trace_option_words(const Options& opt, const std::string& out_dir);
 
 }  // namespace kt::cli

@@ -34,6 +34,7 @@ class LibvirtTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     skip_reason_.clear();
+    failure_reason_.clear();
     current_config_.clear();
     if (::geteuid() != 0) {
       skip_reason_ = "needs root: libvirtd (qemu:///system) runs QEMU as root here";
@@ -43,9 +44,11 @@ class LibvirtTest : public ::testing::Test {
       skip_reason_ = "libvirt is not installed (scripts/install-deps.sh installs libvirt-daemon-driver-qemu, libvirt-clients)";
       return;
     }
+    // Installed but not starting is a fault of ours or of the host: a
+    // failure, never a skip.
     auto r = run_command(script() + " start-daemon", 120);
     if (r.status != 0) {
-      skip_reason_ = "libvirtd could not be started by " + script() + " start-daemon:\n" + r.output;
+      failure_reason_ = "libvirtd could not be started by " + script() + " start-daemon:\n" + r.output;
       return;
     }
     // A domain left behind by an interrupted run.
@@ -53,10 +56,11 @@ class LibvirtTest : public ::testing::Test {
   }
 
   static void TearDownTestSuite() {
-    if (skip_reason_.empty()) run_command(script() + " undefine " + kDomain, 60);
+    if (skip_reason_.empty() && failure_reason_.empty()) run_command(script() + " undefine " + kDomain, 60);
   }
 
   void SetUp() override {
+    if (!failure_reason_.empty()) FAIL() << failure_reason_;
     if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
   }
 
@@ -84,10 +88,12 @@ class LibvirtTest : public ::testing::Test {
   }
 
   static std::string skip_reason_;
+  static std::string failure_reason_;  // libvirt is installed but did not start
   static std::string current_config_;
 };
 
 std::string LibvirtTest::skip_reason_;
+std::string LibvirtTest::failure_reason_;
 std::string LibvirtTest::current_config_;
 
 TEST_F(LibvirtTest, DescriptionFromLibvirtMatchesQemu) {

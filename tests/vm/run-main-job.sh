@@ -1,7 +1,7 @@
 #!/bin/sh
 # The main job, end to end, through libvirt: start libvirtd, define and start
-# the test domain (TCG with the software PT plugin), `kthost trace --domain`
-# a workload that loads and unloads BPF programs (fentry ones run through
+# the test domain (TCG with the software PT plugin), `kthost trace --domain
+# NAME -- WORKLOAD` (no -o: the bundle gets its default name) on a workload that loads and unloads BPF programs (fentry ones run through
 # trampolines), loads and unloads a module, toggles a static key and makes
 # syscalls; then `kthost report`. With --check it also requires:
 #   - the workload's kernel functions appear in the report;
@@ -49,25 +49,30 @@ mkdir -p "$WORK/pt"
   --plugin "$BUILD/pt-plugin/ktpt.so,out=$WORK/pt,trigger=$WORK/pt-on" >/dev/null
 "$LV" start "$NAME" --timeout 300 >/dev/null
 
-say "3. kthost trace --domain $NAME -o $BUNDLE"
-"$K" trace --domain "$NAME" -o "$BUNDLE" >"$WORK/trace.log" 2>&1 &
-TRACE=$!
-i=0
-until g cat /run/ktguest.stats 2>/dev/null | grep -q '"guard_open":1'; do
-  i=$((i + 1))
-  if [ $i -ge 240 ] || ! kill -0 $TRACE 2>/dev/null; then cat "$WORK/trace.log" >&2; exit 1; fi
-  sleep 0.5
-done
+say "3. kthost trace --domain $NAME -- WORKLOAD (the bundle gets its default name in $WORK)"
 say "   workload: syscalls, 30 BPF programs (socket, xdp, fentry), 3 module cycles, a static key toggled"
-g 'i=0; while [ $i -lt 20 ]; do cat /proc/uptime >/dev/null; ls /proc >/dev/null; i=$((i+1)); done;
+set +e
+(cd "$WORK" && exec "$K" trace --domain "$NAME" -- 'i=0; while [ $i -lt 20 ]; do cat /proc/uptime >/dev/null; ls /proc >/dev/null; i=$((i+1)); done;
    ktprobe bpf-stress --count 30 --kinds socket,xdp,fentry --out /tmp/bpf.txt >/tmp/bpf.json &&
    for i in 1 2 3; do insmod /lib/kthost-test/dummy.ko && rmmod dummy || exit 1; done &&
-   echo 1 >/proc/sys/kernel/sched_schedstats && echo 0 >/proc/sys/kernel/sched_schedstats && cat /tmp/bpf.json'
-sleep 3
-kill -INT $TRACE
-wait $TRACE || { cat "$WORK/trace.log" >&2; exit 1; }
-TRACE=""
-tail -n 1 "$WORK/trace.log"
+   echo 1 >/proc/sys/kernel/sched_schedstats && echo 0 >/proc/sys/kernel/sched_schedstats && cat /tmp/bpf.json') \
+  >"$WORK/workload.out" 2>"$WORK/trace.log"
+rc=$?
+set -e
+[ $rc -eq 0 ] || { cat "$WORK/trace.log" "$WORK/workload.out" >&2; say "kthost trace -- WORKLOAD exited $rc"; exit 1; }
+named=$(sed -n 's/^kthost trace: bundle //p' "$WORK/trace.log")
+case "$named" in
+  "$NAME"-[0-9]*-[0-9]*) ;;
+  *) cat "$WORK/trace.log" >&2; say "no default bundle name NAME-DATE-TIME in kthost trace's output: '$named'"; exit 1 ;;
+esac
+ln -s "$named" "$BUNDLE"
+grep -v '^$' "$WORK/trace.log" | tail -n 2
+say "   the command's exit status comes back: kthost trace -- 'exit 7'"
+set +e
+"$K" trace --domain "$NAME" --pt none -o "$WORK/exit7" -- 'exit 7' >/dev/null 2>"$WORK/exit7.log"
+rc=$?
+set -e
+[ $rc -eq 7 ] || { cat "$WORK/exit7.log" >&2; say "kthost trace -- 'exit 7' exited $rc, not 7"; exit 1; }
 
 say "4. kthost report $BUNDLE"
 "$K" report "$BUNDLE" --top 20 --quiet
@@ -76,12 +81,13 @@ say "4. kthost report $BUNDLE"
 [ $CHECK = 1 ] || exit 0
 say "5. checks"
 state=$(virsh -q -c qemu:///system domstate "$NAME")
-python3 - "$WORK/report.json" "$BUNDLE/summary.json" "$BUNDLE/events.jsonl" "$state" <<'EOF'
+python3 - "$WORK/report.json" "$BUNDLE/summary.json" "$BUNDLE/events.jsonl" "$state" "$WORK/workload.out" <<'EOF'
 import json, sys
 report = json.load(open(sys.argv[1]))
 summary = json.load(open(sys.argv[2]))
 events = [json.loads(l) for l in open(sys.argv[3])]
 state = sys.argv[4].strip()
+workload_out = open(sys.argv[5]).read()
 names = {f["name"]: f for f in report["functions"]}
 failures = []
 def check(ok, what):
@@ -104,5 +110,7 @@ check(summary.get("lost_guard_miss", 1) == 0 and summary.get("holds_failed", 1) 
 check(summary.get("pt_source") == "software" and summary.get("pt_bytes", 0) > 0,
       f"PT from the software source: {summary.get('pt_bytes', 0)} bytes")
 check(state == "running", f"domain still running after the trace: {state}")
+loaded = json.loads(workload_out.strip().splitlines()[-1]).get("loaded", 0) if workload_out.strip() else 0
+check(loaded == 30, f"the workload's own output came back through kthost trace -- CMD: {loaded} BPF programs loaded")
 sys.exit(1 if failures else 0)
 EOF

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "kthost/common/strings.h"
+
 namespace kt {
 namespace {
 
@@ -141,6 +143,31 @@ Result<perf_event_attr> build_intel_pt_attr(const PtPmu& pmu, const PtConfig& co
   attr.exclude_hv = 0;
   attr.sample_id_all = 0;
   return attr;
+}
+
+Result<PtConfig> parse_pt_config(const PtConfigWords& words) {
+  // nullopt for absent or "off"; else 0..15.
+  auto number = [](const std::optional<std::string>& v, const char* name) -> Result<std::optional<unsigned>> {
+    if (!v || *v == "off") return std::optional<unsigned>();
+    auto n = parse_u64(*v);
+    if (!n || *n > 15) return Error(ErrorCode::InvalidArgument, std::string("--") + name + " takes 0..15, not '" + *v + "'");
+    return std::optional<unsigned>(static_cast<unsigned>(*n));
+  };
+  KT_ASSIGN_OR_RETURN(auto psb, number(words.psb, "pt-psb"));
+  KT_ASSIGN_OR_RETURN(auto mtc, number(words.mtc, "pt-mtc"));
+  KT_ASSIGN_OR_RETURN(auto cyc, number(words.cyc, "pt-cyc"));
+  PtConfig c;
+  c.psb_period = psb;
+  if (words.mtc) {
+    c.mtc = mtc.has_value();
+    if (mtc) c.mtc_period = *mtc;
+  }
+  if (cyc) {
+    c.cyc = true;
+    c.cyc_threshold = *cyc;
+  }
+  c.tsc = !words.no_tsc;
+  return c;
 }
 
 }  // namespace kt

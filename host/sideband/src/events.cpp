@@ -1,5 +1,6 @@
 #include "kthost/sideband/events.h"
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "kthost/common/strings.h"
@@ -163,6 +164,26 @@ std::string to_json(const SidebandEvent& ev) {
       },
       ev.body);
   return j.dump();
+}
+
+std::string kallsyms_text(const GuestState& state) {
+  std::string out;
+  char line[64];
+  for (const auto& s : state.symbols) {
+    std::snprintf(line, sizeof line, "%016llx %c ", static_cast<unsigned long long>(s.addr), s.type);
+    out += line;
+    out += s.name;
+    if (!s.module.empty()) out += "\t[" + s.module + "]";
+    out += '\n';
+  }
+  return out;
+}
+
+std::string modules_text(const GuestState& state) {
+  std::string out;
+  for (const auto& m : state.modules)
+    out += m.name + " " + std::to_string(m.core_size) + " 0 - Live " + hex(m.core_addr) + "\n";
+  return out;
 }
 
 }  // namespace kt

@@ -66,12 +66,9 @@ static Status pwrite_all(int fd, const void* data, size_t len, uint64_t offset, 
   return {};
 }
 
-Result<SnapshotSummary> write_snapshot(PageWalker& walker, const KernelLayout& layout,
-                                       const std::string& kallsyms_text, const std::string& modules_text,
-                                       const std::string& dir,
-                                       const std::function<void(uint64_t, uint64_t)>& progress) {
+Result<SnapshotSummary> write_kcore(PageWalker& walker, const KernelLayout& layout, const KcoreWriter& write,
+                                    const std::function<void(uint64_t, uint64_t)>& progress) {
   auto t0 = std::chrono::steady_clock::now();
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return io_error("mkdir " + dir, errno);
   std::vector<ElfSegment> segments;
   uint64_t total = 0;
   for (const auto& r : layout.ranges) {
@@ -81,10 +78,7 @@ Result<SnapshotSummary> write_snapshot(PageWalker& walker, const KernelLayout& l
   }
   std::vector<uint64_t> offsets;
   std::string header = build_kcore_header(segments, &offsets);
-  std::string path = dir + "/kcore";
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd.valid()) return io_error("create " + path, errno);
-  KT_TRY(pwrite_all(fd.get(), header.data(), header.size(), 0, path));
+  KT_TRY(write(0, reinterpret_cast<const uint8_t*>(header.data()), header.size()));
   SnapshotSummary summary;
   std::vector<uint8_t> chunk(1u << 20);
   uint64_t done = 0;
@@ -103,13 +97,44 @@ Result<SnapshotSummary> write_snapshot(PageWalker& walker, const KernelLayout& l
           }
         }
       }
-      KT_TRY(pwrite_all(fd.get(), chunk.data(), n, offsets[i] + at, path));
+      KT_TRY(write(offsets[i] + at, chunk.data(), n));
       done += n;
       if (progress) progress(done, total);
     }
   }
-  if (::fsync(fd.get()) != 0) return io_error("fsync " + path, errno);
   summary.bytes_written = done;
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return summary;
+}
+
+Result<std::string> kcore_image(PageWalker& walker, const KernelLayout& layout, SnapshotSummary* summary) {
+  std::string image;
+  auto written = write_kcore(walker, layout, [&image](uint64_t offset, const uint8_t* data, size_t len) -> Status {
+    if (offset + len > image.size()) image.resize(offset + len);
+    std::memcpy(image.data() + offset, data, len);
+    return ok_status();
+  });
+  if (!written) return written.take_error();
+  if (summary) *summary = *written;
+  return image;
+}
+
+Result<SnapshotSummary> write_snapshot(PageWalker& walker, const KernelLayout& layout,
+                                       const std::string& kallsyms_text, const std::string& modules_text,
+                                       const std::string& dir,
+                                       const std::function<void(uint64_t, uint64_t)>& progress) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return io_error("mkdir " + dir, errno);
+  std::string path = dir + "/kcore";
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) return io_error("create " + path, errno);
+  auto written = write_kcore(
+      walker, layout,
+      [&](uint64_t offset, const uint8_t* data, size_t len) { return pwrite_all(fd.get(), data, len, offset, path); },
+      progress);
+  if (!written) return written.take_error();
+  SnapshotSummary summary = *written;
+  if (::fsync(fd.get()) != 0) return io_error("fsync " + path, errno);
   KT_TRY(write_file_atomic(dir + "/kallsyms", kallsyms_text));
   KT_TRY(write_file_atomic(dir + "/modules", modules_text));
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

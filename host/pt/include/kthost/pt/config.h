@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "kthost/common/result.h"
 #include "kthost/pt/pmu.h"
@@ -30,6 +31,15 @@ struct PtConfig {
   uint64_t aux_bytes = 4u << 20;   // AUX (trace) ring: a power of two pages
   uint64_t data_bytes = 64u << 10; // data (record) ring: a power of two pages
 };
+
+// The user's words for a PtConfig (kthost trace --pt-psb N, --pt-mtc N|off,
+// --pt-cyc N, --pt-no-tsc); each absent value keeps the default. Errors:
+// InvalidArgument naming the option when a number is not 0..15.
+struct PtConfigWords {
+  std::optional<std::string> psb, mtc, cyc;
+  bool no_tsc = false;
+};
+Result<PtConfig> parse_pt_config(const PtConfigWords& words);
 
 // Encoded PSB period value for 4 KiB.
 inline constexpr unsigned kPsbPeriod4KiB = 1;

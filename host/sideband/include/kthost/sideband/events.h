@@ -113,4 +113,9 @@ struct GuestState {
   bool complete = false;  // STATE_END seen
 };
 
+// The state dump as the guest's /proc/kallsyms and /proc/modules would read
+// (what a bundle and perf's kcore_dir keep beside kcore).
+std::string kallsyms_text(const GuestState& state);
+std::string modules_text(const GuestState& state);
+
 }  // namespace kt

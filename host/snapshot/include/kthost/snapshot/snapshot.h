@@ -33,6 +33,16 @@ struct SnapshotSummary {
   double seconds = 0;
 };
 
+// Writes the kcore image of every range of `layout` through `write`: the
+// header at offset 0, each range's bytes at its page-aligned offset. Pages
+// unmapped since discovery are zero-filled and counted in the summary.
+using KcoreWriter = std::function<Status(uint64_t offset, const uint8_t* data, size_t len)>;
+Result<SnapshotSummary> write_kcore(PageWalker& walker, const KernelLayout& layout, const KcoreWriter& write,
+                                    const std::function<void(uint64_t, uint64_t)>& progress = {});
+
+// The kcore image in memory (what `kthost trace` puts into its bundle).
+Result<std::string> kcore_image(PageWalker& walker, const KernelLayout& layout, SnapshotSummary* summary = nullptr);
+
 // Copies every range of `layout` from guest memory into DIR/kcore, and writes
 // DIR/kallsyms, DIR/modules (the guest's text, as given) and DIR/layout.json.
 // `progress` is called with (bytes done, bytes total).

@@ -1,0 +1,55 @@
+// GuardResponder: answers ktguard's holds. For each GUARD_NOTICE it copies
+// the range from guest RAM into the text store (TextSaver, which also stores
+// the ack word in guest RAM), sends the channel ack, times the whole answer,
+// and writes one line to holds.jsonl. The guest's hold ends on whichever ack
+// it sees first; its own timeout bounds it when this process dies.
+#pragma once
+
+#include <cstdio>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "kthost/capture/text_saver.h"
+
+namespace kt {
+
+struct HoldTotals {
+  uint64_t holds = 0;
+  uint64_t acks_failed = 0;  // the channel ack could not be sent
+  double host_us_max = 0, host_us_total = 0;
+  double host_us_mean() const { return holds ? host_us_total / static_cast<double>(holds) : 0.0; }
+};
+
+nlohmann::json hold_json(const HoldRecord& h);
+
+class GuardResponder {
+ public:
+  using AckSender = std::function<Status(uint64_t id, uint32_t status)>;
+  // Called once, the first time an ack word cannot be stored (holds then
+  // wait for the channel ack): for the user, not per hold.
+  using Notice = std::function<void(const std::string&)>;
+
+  // `holds_path`: where holds.jsonl goes ("" for none).
+  static Result<GuardResponder> create(TextSaver& saver, AckSender send_ack, const std::string& holds_path,
+                                       Notice notice = {});
+  GuardResponder(GuardResponder&& other) noexcept;
+  GuardResponder& operator=(GuardResponder&&) = delete;
+  ~GuardResponder();
+
+  HoldRecord answer(const SidebandEvent& ev, const GuardNoticeEvent& notice);
+  void flush();
+  const HoldTotals& totals() const { return totals_; }
+
+ private:
+  GuardResponder(TextSaver& saver, AckSender send_ack, FILE* holds, Notice notice)
+      : saver_(saver), send_ack_(std::move(send_ack)), holds_(holds), notice_(std::move(notice)) {}
+  TextSaver& saver_;
+  AckSender send_ack_;
+  FILE* holds_ = nullptr;
+  Notice notice_;
+  bool word_error_shown_ = false;
+  HoldTotals totals_;
+};
+
+}  // namespace kt

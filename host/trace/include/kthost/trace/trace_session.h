@@ -1,0 +1,112 @@
+// TraceSession: the main job as a library. It follows one running guest and
+// writes a bundle (docs/BUNDLE.md):
+//
+//   open()    guest memory and the kernel's page tables, the PT source, the
+//             bundle, the sideband channel; PT on; the initial kcore snapshot
+//             straight into the bundle.
+//   step()    one round: sideband events (guard holds answered first, by the
+//             GuardResponder), text saved on loads and unloads, events into
+//             the bundle, PT drained; once a second: liveness, losses, clock,
+//             flush.
+//   finish()  PT off and drained, the last flush, summary.json.
+//
+// Used by `kthost trace` and by any other front end (an agent, a CI command).
+// It never pauses the guest: a hold stops only the freeing context inside
+// the guest, and ends at ktguard's timeout if this process dies.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kthost/common/result.h"
+#include "kthost/introspect/backends.h"
+#include "kthost/pt/config.h"
+#include "kthost/trace/trace_summary.h"
+#include "kthost/vm/monitor.h"
+#include "kthost/vm/vm_description.h"
+
+namespace kt {
+
+// The guest to trace, however it was found (vm.json or libvirt).
+struct TraceTarget {
+  VmDescription vm;
+  Monitor* monitor = nullptr;  // QMP: registers, vCPU threads; must outlive the session
+  std::string label;           // for messages: "domain NAME" or the vm.json path
+  // Ok while the guest can still be traced; checked once a second.
+  std::function<Status()> check_alive;
+};
+
+enum class PtChoice { Auto, Hardware, Software, None };
+Result<PtChoice> parse_pt_choice(const std::string& text);  // auto, hardware, software, none
+
+struct TraceOptions {
+  std::string out_dir;
+  BackendChoice backend = BackendChoice::Auto;
+  PtChoice pt = PtChoice::Auto;
+  PtConfig pt_config;
+  bool guard = true;     // answer ktguard's holds (else best-effort unload copies)
+  bool ack_word = true;  // also end holds through the ack word in guest RAM
+  // Messages for the user (warnings, what was chosen); stderr in the CLI.
+  std::function<void(const std::string&)> notice;
+};
+
+// The command line's words for TraceOptions (absent: the default).
+struct TraceOptionWords {
+  std::optional<std::string> backend, pt, pt_psb, pt_mtc, pt_cyc;
+  bool pt_no_tsc = false, no_guard = false, no_ack_word = false;
+  std::string out_dir;
+};
+// Errors: InvalidArgument naming the option and the value.
+Result<TraceOptions> parse_trace_options(const TraceOptionWords& words);
+
+// What the status line shows.
+struct TraceProgress {
+  double seconds = 0;
+  size_t events = 0, text_pokes = 0;
+  uint64_t holds = 0, text_bytes = 0, pt_bytes = 0, lost = 0;
+  std::string status_line() const;  // "   12s  events 340  pokes 26  holds 4  saved 1.2 MiB  PT 30 MiB  lost 0"
+};
+
+class TraceSession {
+ public:
+  // Errors: the target lacks the org.kthost.0 channel (Unsupported), no PT
+  // source for the choice, guest memory or page tables unreadable, the bundle
+  // directory cannot be created, the channel does not connect.
+  static Result<std::unique_ptr<TraceSession>> open(const TraceTarget& target, const TraceOptions& options);
+  ~TraceSession();
+
+  // Waits up to `wait` for sideband data and handles one round. Returns true
+  // while the trace goes on, false when it ended by itself (the guest
+  // stopped, the channel closed, PT or the bundle failed): end_reason() says
+  // why and finish() still writes everything.
+  bool step(std::chrono::milliseconds wait = std::chrono::milliseconds(100));
+
+  // Steps until the guest helper has shaken hands and sent its state dump
+  // (so its guard is open and every later unload is held), at most `timeout`.
+  // False when that did not happen in time or the session ended.
+  bool wait_ready(std::chrono::milliseconds timeout);
+
+  // Stops PT, closes the bundle and writes summary.json. `reason` is why the
+  // caller ended (ignored when the session ended by itself). Errors: the
+  // bundle or summary could not be written (what was flushed stays valid).
+  Result<TraceSummary> finish(const std::string& reason);
+
+  TraceProgress progress() const;
+  const std::string& end_reason() const;
+  bool failed() const;  // ended by itself on an error
+  // "domain vm1, memory mmap, PT software on 2 vCPUs, guard on, writing DIR"
+  std::string describe() const;
+  std::string memory_backend() const;  // "mmap" or "process"
+  std::string pt_source() const;       // "hardware", "software" or "none"
+
+ private:
+  struct State;
+  explicit TraceSession(std::unique_ptr<State> state);
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace kt

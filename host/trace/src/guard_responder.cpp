@@ -1,0 +1,71 @@
+#include "kthost/trace/guard_responder.h"
+
+#include <cerrno>
+#include <chrono>
+#include <utility>
+
+#include "kthost/common/strings.h"
+
+namespace kt {
+
+nlohmann::json hold_json(const HoldRecord& h) {
+  nlohmann::json j = {{"id", h.id},           {"kind", h.kind},         {"cpu", h.cpu},
+                      {"start", hex(h.start)}, {"end", hex(h.end)},     {"bytes", h.end - h.start},
+                      {"guest_time", h.guest_time}, {"status", h.status}, {"copy_us", h.copy_us},
+                      {"host_us", h.host_us},  {"word_acked", h.word_acked}};
+  if (!h.error.empty()) j["error"] = h.error;
+  if (!h.word_error.empty()) j["word_error"] = h.word_error;
+  return j;
+}
+
+Result<GuardResponder> GuardResponder::create(TextSaver& saver, AckSender send_ack, const std::string& holds_path,
+                                              Notice notice) {
+  FILE* holds = nullptr;
+  if (!holds_path.empty()) {
+    holds = std::fopen(holds_path.c_str(), "we");
+    if (!holds) return io_error("create " + holds_path, errno);
+  }
+  return GuardResponder(saver, std::move(send_ack), holds, std::move(notice));
+}
+
+GuardResponder::GuardResponder(GuardResponder&& o) noexcept
+    : saver_(o.saver_),
+      send_ack_(std::move(o.send_ack_)),
+      holds_(std::exchange(o.holds_, nullptr)),
+      notice_(std::move(o.notice_)),
+      word_error_shown_(o.word_error_shown_),
+      totals_(o.totals_) {}
+
+GuardResponder::~GuardResponder() {
+  if (holds_) std::fclose(holds_);
+}
+
+HoldRecord GuardResponder::answer(const SidebandEvent& ev, const GuardNoticeEvent& notice) {
+  auto t0 = std::chrono::steady_clock::now();
+  HoldRecord h = saver_.on_guard_notice(ev, notice);
+  auto ack = send_ack_(notice.id, h.status);
+  h.host_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  if (!h.word_error.empty() && !word_error_shown_) {
+    word_error_shown_ = true;
+    if (notice_) notice_("cannot store ack words (holds wait for the channel ack): " + h.word_error);
+  }
+  if (!ack) {
+    if (h.error.empty()) h.error = "ack: " + ack.error().message;
+    totals_.acks_failed++;
+  }
+  totals_.holds++;
+  totals_.host_us_total += h.host_us;
+  totals_.host_us_max = std::max(totals_.host_us_max, h.host_us);
+  if (holds_) {
+    std::string line = hold_json(h).dump();
+    line += '\n';
+    std::fputs(line.c_str(), holds_);
+  }
+  return h;
+}
+
+void GuardResponder::flush() {
+  if (holds_) std::fflush(holds_);
+}
+
+}  // namespace kt

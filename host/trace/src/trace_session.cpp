@@ -1,0 +1,334 @@
+#include "kthost/trace/trace_session.h"
+
+#include <x86intrin.h>
+
+#include <cstdio>
+#include <optional>
+
+#include "kthost/bundle/bundle.h"
+#include "kthost/capture/pt_capture.h"
+#include "kthost/capture/text_saver.h"
+#include "kthost/common/io.h"
+#include "kthost/common/strings.h"
+#include "kthost/introspect/kernel_layout.h"
+#include "kthost/introspect/page_walker.h"
+#include "kthost/pt/kvm_tsc.h"
+#include "kthost/pt/requirements.h"
+#include "kthost/sideband/channel.h"
+#include "kthost/sideband/event_log.h"
+#include "kthost/snapshot/snapshot.h"
+#include "kthost/trace/guard_responder.h"
+#include "kthost/trace/tsc_offset_estimator.h"
+
+namespace kt {
+
+using Clock = std::chrono::steady_clock;
+
+Result<PtChoice> parse_pt_choice(const std::string& text) {
+  if (text == "auto") return PtChoice::Auto;
+  if (text == "hardware") return PtChoice::Hardware;
+  if (text == "software") return PtChoice::Software;
+  if (text == "none") return PtChoice::None;
+  return Error(ErrorCode::InvalidArgument, "--pt must be auto, hardware, software or none, not '" + text + "'");
+}
+
+Result<TraceOptions> parse_trace_options(const TraceOptionWords& w) {
+  TraceOptions o;
+  KT_ASSIGN_OR_RETURN(o.backend, parse_backend_choice(w.backend.value_or("auto")));
+  KT_ASSIGN_OR_RETURN(o.pt, parse_pt_choice(w.pt.value_or("auto")));
+  KT_ASSIGN_OR_RETURN(o.pt_config, parse_pt_config({w.pt_psb, w.pt_mtc, w.pt_cyc, w.pt_no_tsc}));
+  o.guard = !w.no_guard;
+  o.ack_word = !w.no_ack_word;
+  if (w.out_dir.empty()) return Error(ErrorCode::InvalidArgument, "no output directory");
+  o.out_dir = w.out_dir;
+  return o;
+}
+
+std::string TraceProgress::status_line() const {
+  char line[200];
+  std::snprintf(line, sizeof line, "%6.0fs  events %zu  pokes %zu  holds %lu  saved %s  PT %s  lost %lu", seconds,
+                events, text_pokes, static_cast<unsigned long>(holds), human_bytes(text_bytes).c_str(),
+                human_bytes(pt_bytes).c_str(), static_cast<unsigned long>(lost));
+  return line;
+}
+
+namespace {
+
+// Hardware where this machine has everything for it (kthost doctor's checks)
+// and the guest runs under KVM; else the TCG plugin where the guest's QEMU
+// runs it; else a clear error.
+Result<std::unique_ptr<PtCapture>> open_pt(PtChoice choice, const TraceTarget& target, const TraceOptions& o) {
+  if (choice == PtChoice::None) return std::unique_ptr<PtCapture>();
+  std::string why_not_hw;
+  if (choice == PtChoice::Auto || choice == PtChoice::Hardware) {
+    for (const auto& c : check_hardware_pt_requirements(live_system_roots()))
+      if (!c.ok && why_not_hw.empty()) why_not_hw = c.name + ": " + c.detail;
+    if (why_not_hw.empty() && target.vm.accel != "kvm")
+      why_not_hw = "the guest runs under " + target.vm.accel + ", not KVM";
+    if (why_not_hw.empty()) return PtCapture::hardware(*target.monitor, o.out_dir + "/pt-hw", o.pt_config);
+    if (choice == PtChoice::Hardware)
+      return Error(ErrorCode::Unsupported, "no hardware PT: " + why_not_hw + " (kthost doctor says how to fix it)");
+  }
+  auto sw = PtCapture::software(target.vm.pt_plugin_out, target.vm.pt_plugin_trigger, target.vm.vcpus);
+  if (sw || choice == PtChoice::Software) return sw;
+  return Error(ErrorCode::Unsupported, "no PT source for " + target.label + ": hardware: " + why_not_hw +
+                                           "; software: " + sw.error().message + ". --pt none traces without PT");
+}
+
+// Hardware PT stamps the host TSC; the guest's is host * ratio + offset (KVM
+// debugfs). Without scaling the offset is exact; the TCG plugin's is bounded
+// from the events' arrival.
+TscOffsetEstimator make_estimator(const PtCapture* pt, int qemu_pid, const TraceOptions& o) {
+  if (!pt) return TscOffsetEstimator::none();
+  if (pt->kind() == "software") return TscOffsetEstimator::arrival_bound();
+  auto tsc = read_kvm_tsc(qemu_pid);
+  if (tsc && !tsc->vcpus.empty() && !tsc->vcpus.front().ratio)
+    return TscOffsetEstimator::exact(-tsc->vcpus.front().offset);
+  if (o.notice)
+    o.notice("no exact guest TSC offset (" + (tsc ? std::string("TSC scaling in use") : tsc.error().message) +
+             "): sideband times are aligned by the decoder's candidate windows only");
+  return TscOffsetEstimator::none();
+}
+
+}  // namespace
+
+struct TraceSession::State {
+  TraceOptions options;
+  TraceTarget target;
+  std::unique_ptr<GuestMemory> memory;
+  KernelLayout layout;
+  std::unique_ptr<PageWalker> walker;
+  std::unique_ptr<PtCapture> pt;
+  std::unique_ptr<BundleWriter> bundle;
+  std::optional<SidebandChannel> channel;
+  std::unique_ptr<TextSaver> saver;
+  std::optional<GuardResponder> guard;
+  TscOffsetEstimator clock;
+  EventLog log;
+  uint64_t text_records = 0, text_bytes = 0;
+  bool have_symbols = false;
+  Clock::time_point start, last_flush;
+  std::string end_reason;
+  bool ended = false, failed = false;
+
+  PtCapture::Sink pt_sink() {
+    return [this](uint32_t cpu, const uint8_t* data, size_t len) { return bundle->append_pt(cpu, data, len); };
+  }
+  void end(const std::string& reason, bool error) {
+    if (ended) return;
+    ended = true;
+    failed = error;
+    end_reason = reason;
+  }
+  void notice(const std::string& text) const {
+    if (options.notice) options.notice(text);
+  }
+  LossCounters losses() const {
+    return LossCounters::collect(log, channel->decoder().stats(), saver->stats(),
+                                 guard ? guard->totals().acks_failed : 0);
+  }
+  void handle(const SidebandEvent& ev, uint64_t received_tsc);
+  void once_a_second();
+};
+
+void TraceSession::State::handle(const SidebandEvent& ev, uint64_t received_tsc) {
+  if (const auto* n = std::get_if<GuardNoticeEvent>(&ev.body); n && guard)
+    guard->answer(ev, *n);
+  else
+    saver->on_event(ev);
+  if (auto st = bundle->append_event_json(to_json(ev)); !st) end("bundle: " + st.error().message, true);
+  if (const auto* hello = std::get_if<HelloEvent>(&ev.body)) clock.on_hello(hello->clock);
+  clock.on_event(ev.time, received_tsc);
+  if (std::holds_alternative<StateDumpEvent>(ev.body) && !have_symbols) {
+    have_symbols = true;
+    (void)bundle->write_whole_file("kallsyms", kallsyms_text(channel->decoder().state()));
+    (void)bundle->write_whole_file("modules", modules_text(channel->decoder().state()));
+  }
+}
+
+// A guest that stopped or crashed, or libvirtd gone, ends the trace cleanly.
+void TraceSession::State::once_a_second() {
+  if (target.check_alive)
+    if (auto alive = target.check_alive(); !alive) return end("guest: " + alive.error().message, true);
+  losses().to_bundle(*bundle);
+  if (clock.guest_clock().valid) bundle->set_clock(clock.bundle_clock());
+  if (auto st = bundle->flush(); !st) notice(st.error().message);
+  if (guard) guard->flush();
+}
+
+TraceSession::TraceSession(std::unique_ptr<State> state) : s_(std::move(state)) {}
+TraceSession::~TraceSession() = default;
+
+Result<std::unique_ptr<TraceSession>> TraceSession::open(const TraceTarget& target, const TraceOptions& options) {
+  auto s = std::make_unique<State>();
+  s->options = options;
+  s->target = target;
+  if (target.vm.channel.empty()) return Error(ErrorCode::Unsupported, target.label + " has no org.kthost.0 channel");
+  if (!target.monitor) return Error(ErrorCode::InvalidArgument, "no monitor for " + target.label);
+  if (options.backend == BackendChoice::Monitor)
+    return Error(ErrorCode::InvalidArgument, "--backend xp is too slow to answer guard holds");
+  // Guest memory and the kernel's page tables, from vCPU 0's CR3.
+  KT_ASSIGN_OR_RETURN(s->memory, open_guest_memory(*target.monitor, target.vm, options.backend));
+  KT_ASSIGN_OR_RETURN(CpuRegisters regs, read_registers(*target.monitor, 0));
+  KT_ASSIGN_OR_RETURN(s->layout, discover_kernel_layout(*s->memory, regs, GuestSymbols{}));
+  s->walker = std::make_unique<PageWalker>(*s->memory, s->layout.paging);
+  KT_ASSIGN_OR_RETURN(s->pt, open_pt(options.pt, target, options));
+  // The bundle (docs/BUNDLE.md). Its clock is set when the guest says hello.
+  BundleClock clock;
+  clock.identity = false;
+  KT_ASSIGN_OR_RETURN(s->bundle, BundleWriter::create(options.out_dir, s->pt ? s->pt->cpus() : std::vector<uint32_t>{},
+                                                      clock));
+  KT_ASSIGN_OR_RETURN(SidebandChannel channel,
+                      SidebandChannel::connect(target.vm.channel, std::chrono::seconds(10), options.guard));
+  s->channel.emplace(std::move(channel));
+  State* st = s.get();
+  s->saver = std::make_unique<TextSaver>(
+      *s->walker,
+      [st](const TextRecord& r) {
+        ++st->text_records;
+        st->text_bytes += r.bytes.size();
+        return st->bundle->append_text(r);
+      },
+      options.guard);
+  // The ack word: the one store kthost makes into guest RAM. It ends a hold
+  // as soon as the text is saved; the channel ack follows regardless.
+  if (options.guard && options.ack_word)
+    s->saver->set_ack_word_writer([st](uint64_t gpa, uint64_t value) { return st->memory->write_word(gpa, value); });
+  if (options.guard) {
+    KT_ASSIGN_OR_RETURN(GuardResponder responder,
+                        GuardResponder::create(
+                            *s->saver, [st](uint64_t id, uint32_t status) { return st->channel->send_guard_ack(id, status); },
+                            options.out_dir + "/holds.jsonl", options.notice));
+    s->guard.emplace(std::move(responder));
+  }
+  if (s->pt)
+    if (auto started = s->pt->start(); !started) return started.error().with_context("starting PT");
+  // The initial text: every executable range of the kernel, modules and BPF
+  // packs, read now (later changes come through the sideband).
+  SnapshotSummary snap;
+  auto kcore = kcore_image(*s->walker, s->layout, &snap);
+  if (!kcore) return kcore.error().with_context("initial snapshot");
+  if (snap.unreadable_pages)
+    s->notice(std::to_string(snap.unreadable_pages) + " pages were unmapped during the initial snapshot (zero-filled)");
+  if (auto written = s->bundle->write_whole_file("kcore", *kcore); !written)
+    return written.error().with_context("initial snapshot");
+  s->clock = make_estimator(s->pt.get(), target.vm.pid, options);
+  s->start = s->last_flush = Clock::now();
+  return std::unique_ptr<TraceSession>(new TraceSession(std::move(s)));
+}
+
+bool TraceSession::step(std::chrono::milliseconds wait) {
+  State& s = *s_;
+  if (s.ended) return false;
+  auto events = s.channel->poll(wait);
+  uint64_t received_tsc = __rdtsc();
+  if (!events) {
+    s.end("channel: " + events.error().message, true);
+    return false;
+  }
+  for (const auto& ev : *events) s.handle(ev, received_tsc);
+  s.log.append(std::move(*events));
+  if (s.ended) return false;
+  if (s.pt)
+    if (auto st = s.pt->poll(s.pt_sink()); !st) {
+      s.end("PT: " + st.error().message, true);
+      return false;
+    }
+  auto now = Clock::now();
+  if (now - s.last_flush >= std::chrono::seconds(1)) {
+    s.last_flush = now;
+    s.once_a_second();
+  }
+  return !s.ended;
+}
+
+bool TraceSession::wait_ready(std::chrono::milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  while (!(s_->channel->handshake_done() && s_->channel->decoder().state().complete)) {
+    if (Clock::now() >= deadline || !step()) return false;
+  }
+  return true;
+}
+
+Result<TraceSummary> TraceSession::finish(const std::string& reason) {
+  State& s = *s_;
+  s.end(reason, false);
+  TraceSummary sum;
+  sum.seconds = std::chrono::duration<double>(Clock::now() - s.start).count();
+  if (s.pt)
+    if (auto st = s.pt->stop(s.pt_sink()); !st) {
+      s.notice("PT: " + st.error().message);
+      s.failed = true;
+    }
+  sum.losses = s.losses();
+  sum.losses.to_bundle(*s.bundle);
+  if (s.clock.guest_clock().valid) s.bundle->set_clock(s.clock.bundle_clock());
+  auto closed = s.bundle->close();
+  if (s.guard) s.guard->flush();
+  sum.end_reason = s.end_reason;
+  sum.guard = s.options.guard;
+  sum.events = s.log.size();
+  sum.text_pokes = s.log.count("text_poke");
+  sum.ksymbols = s.log.count("ksymbol");
+  sum.module_loads = s.log.count("module_load");
+  sum.module_unloads = s.log.count("module_unload");
+  if (s.guard) sum.holds = s.guard->totals();
+  sum.saver = s.saver->stats();
+  sum.text_records = s.text_records;
+  sum.text_bytes = s.text_bytes;
+  sum.pt_source = pt_source();
+  sum.pt_bytes = s.pt ? s.pt->total_bytes() : 0;
+  if (!s.saver->lost_unloads().empty()) sum.extra["lost_unload_examples"] = s.saver->lost_unloads();
+  if (s.pt && s.pt->kind() == "hardware") {
+    // Guest TSC = host TSC * ratio + offset per vCPU: what maps the guest's
+    // sideband times onto the host-TSC times in hardware PT.
+    if (auto tsc = read_kvm_tsc(s.target.vm.pid); tsc) {
+      for (const auto& v : tsc->vcpus)
+        sum.extra["kvm_tsc"][std::to_string(v.vcpu)] = {
+            {"offset", v.offset}, {"ratio", v.ratio ? *v.ratio : 0}, {"frac_bits", v.frac_bits}};
+    } else {
+      sum.extra["kvm_tsc_error"] = tsc.error().message;
+    }
+  }
+  if (s.pt)
+    for (const auto& c : s.pt->stats()) {
+      sum.extra["pt_bytes_per_cpu"][std::to_string(c.cpu)] = c.bytes;
+      if (c.ring)  // hardware: what the kernel says it could not keep
+        sum.extra["pt_aux"][std::to_string(c.cpu)] = {
+            {"records", c.ring->aux_records}, {"truncated", c.ring->truncated},
+            {"partial", c.ring->partial},     {"collision", c.ring->collision},
+            {"lost_records", c.ring->lost_records}, {"lost_events", c.ring->lost_events},
+            {"malformed_records", c.ring->malformed_records}};
+    }
+  KT_TRY(write_file_atomic(s.options.out_dir + "/summary.json", sum.to_json().dump(2) + "\n"));
+  if (!closed) return closed.take_error();
+  return sum;
+}
+
+TraceProgress TraceSession::progress() const {
+  const State& s = *s_;
+  TraceProgress p;
+  p.seconds = std::chrono::duration<double>(Clock::now() - s.start).count();
+  p.events = s.log.size();
+  p.text_pokes = s.log.count("text_poke");
+  p.holds = s.guard ? s.guard->totals().holds : 0;
+  p.text_bytes = s.text_bytes;
+  p.pt_bytes = s.pt ? s.pt->total_bytes() : 0;
+  p.lost = s.losses().total();
+  return p;
+}
+
+const std::string& TraceSession::end_reason() const { return s_->end_reason; }
+bool TraceSession::failed() const { return s_->failed; }
+std::string TraceSession::describe() const {
+  const State& s = *s_;
+  std::string pt = s.pt ? s.pt->kind() + " on " + std::to_string(s.pt->cpus().size()) + " vCPUs" : "none";
+  std::string guard = !s.options.guard ? "off (best effort)" : s.options.ack_word ? "on" : "on (channel acks only)";
+  return s.target.label + ", memory " + memory_backend() + ", PT " + pt + ", guard " + guard + ", writing " +
+         s.options.out_dir;
+}
+
+std::string TraceSession::memory_backend() const { return s_->memory ? s_->memory->backend_name() : "none"; }
+std::string TraceSession::pt_source() const { return s_->pt ? s_->pt->kind() : "none"; }
+
+}  // namespace kt

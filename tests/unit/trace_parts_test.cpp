@@ -1,0 +1,251 @@
+// The parts of TraceSession (host/trace), each alone: the guard responder
+// (copy, ack word, channel ack, holds.jsonl), the TSC offset estimator, the
+// loss counters, option parsing, the default bundle name, the summary line.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "kthost/common/io.h"
+#include "kthost/introspect/guest_memory.h"
+#include "kthost/trace/guard_responder.h"
+#include "kthost/trace/guest_workload.h"
+#include "kthost/trace/loss_counters.h"
+#include "kthost/trace/trace_session.h"
+#include "kthost/trace/trace_summary.h"
+#include "kthost/trace/tsc_offset_estimator.h"
+#include "ktproto.h"
+
+namespace kt {
+namespace {
+
+constexpr uint64_t kBase = 0xffffffffc0000000ull;
+constexpr uint64_t kTextPhys = 0x200000;
+constexpr uint64_t kAckWord = 0x300000;
+
+// One 4 KiB page of text at kBase, mapped by 4-level tables in a BufferMemory.
+struct FakeGuest {
+  BufferMemory mem{4u << 20};
+  PagingConfig cfg{PagingMode::Level4, 0x100000, 52};
+  FakeGuest() {
+    auto idx = [](uint64_t va, int shift) { return (va >> shift) & 511; };
+    mem.write_u64(0x100000 + idx(kBase, 39) * 8, 0x101000 | 3);
+    mem.write_u64(0x101000 + idx(kBase, 30) * 8, 0x102000 | 3);
+    mem.write_u64(0x102000 + idx(kBase, 21) * 8, 0x103000 | 3);
+    mem.write_u64(0x103000 + idx(kBase, 12) * 8, kTextPhys | 1);
+    for (uint64_t i = 0; i < 4096; ++i) {
+      uint8_t b = static_cast<uint8_t>(i * 13 + 1);
+      mem.write(kTextPhys + i, &b, 1);
+    }
+  }
+};
+
+SidebandEvent event(uint64_t time, EventBody body) {
+  SidebandEvent ev;
+  ev.time = time;
+  ev.cpu = 0;
+  ev.body = std::move(body);
+  return ev;
+}
+
+std::string temp_path(const char* stem) {
+  std::string p = std::string("/tmp/kthost-") + stem + "-XXXXXX";
+  int fd = ::mkstemp(p.data());
+  EXPECT_GE(fd, 0);
+  ::close(fd);
+  return p;
+}
+
+TEST(GuardResponder, SavesStoresTheWordAcksAndLogsEachHold) {
+  FakeGuest g;
+  PageWalker walker(g.mem, g.cfg);
+  std::vector<TextRecord> saved;
+  TextSaver saver(walker, [&](const TextRecord& r) { saved.push_back(r); return ok_status(); }, true);
+  saver.set_ack_word_writer([&](uint64_t gpa, uint64_t value) { return g.mem.write_word(gpa, value); });
+  std::vector<std::pair<uint64_t, uint32_t>> acks;
+  std::string holds = temp_path("holds");
+  auto r = GuardResponder::create(
+      saver, [&](uint64_t id, uint32_t status) { acks.emplace_back(id, status); return ok_status(); }, holds);
+  ASSERT_TRUE(r) << r.error().message;
+  HoldRecord h = r->answer(event(5, GuardNoticeEvent{42, kBase + 16, kBase + 80, 1, kAckWord}),
+                           GuardNoticeEvent{42, kBase + 16, kBase + 80, 1, kAckWord});
+  EXPECT_EQ(h.status, 0u) << h.error;
+  EXPECT_TRUE(h.word_acked);
+  uint64_t word = 0;
+  ASSERT_TRUE(g.mem.read(kAckWord, &word, 8));
+  EXPECT_EQ(word, 42u);
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0], std::make_pair(uint64_t{42}, uint32_t{0}));
+  ASSERT_EQ(saved.size(), 1u);
+  ASSERT_EQ(saved[0].bytes.size(), 64u);
+  EXPECT_EQ(saved[0].bytes[0], static_cast<uint8_t>(16 * 13 + 1));  // the guest's own byte at +16
+  EXPECT_EQ(r->totals().holds, 1u);
+  r->flush();
+  auto text = read_file(holds);
+  ASSERT_TRUE(text);
+  auto line = nlohmann::json::parse(*text);
+  EXPECT_EQ(line["id"], 42);
+  EXPECT_EQ(line["bytes"], 64);
+  EXPECT_EQ(line["word_acked"], true);
+  ::unlink(holds.c_str());
+}
+
+TEST(GuardResponder, AFailedAckIsCountedAndAnUnreadableRangeIsAckedAsNotSaved) {
+  FakeGuest g;
+  PageWalker walker(g.mem, g.cfg);
+  TextSaver saver(walker, [](const TextRecord&) { return ok_status(); }, true);
+  std::vector<uint32_t> statuses;
+  std::vector<std::string> notices;
+  auto r = GuardResponder::create(
+      saver,
+      [&](uint64_t, uint32_t status) {
+        statuses.push_back(status);
+        return Status(Error(ErrorCode::Io, "channel closed"));
+      },
+      "", [&](const std::string& n) { notices.push_back(n); });
+  ASSERT_TRUE(r);
+  // Unmapped: one page past the text.
+  GuardNoticeEvent n{7, kBase + 4096, kBase + 8192, 1, 0};
+  HoldRecord h = r->answer(event(1, n), n);
+  EXPECT_EQ(h.status, 1u);
+  EXPECT_FALSE(h.error.empty());
+  ASSERT_EQ(statuses.size(), 1u);
+  EXPECT_EQ(statuses[0], 1u);
+  EXPECT_EQ(r->totals().acks_failed, 1u);
+  EXPECT_EQ(r->totals().holds, 1u);
+}
+
+TEST(TscOffsetEstimator, ArrivalBoundKeepsTheSmallestAndRestartsAtHello) {
+  GuestClock clock;
+  clock.valid = true;
+  clock.time_zero = 0;
+  clock.time_mult = 1u << 10;  // perf ns = tsc * 2^10 >> 10 = tsc
+  clock.time_shift = 10;
+  auto e = TscOffsetEstimator::arrival_bound();
+  EXPECT_FALSE(e.offset());
+  e.on_event(1000, 5000);  // no clock yet: ignored
+  EXPECT_FALSE(e.offset());
+  e.on_hello(clock);
+  e.on_event(1000, 5000);
+  e.on_event(2000, 5500);  // bound 3500
+  e.on_event(3000, 9000);  // bound 6000: not smaller
+  ASSERT_TRUE(e.offset());
+  EXPECT_EQ(*e.offset(), 3500);
+  EXPECT_EQ(e.bundle_clock().pt_offset, 3500);
+  EXPECT_FALSE(e.bundle_clock().identity);
+  e.on_hello(clock);  // a new guest clock session
+  EXPECT_FALSE(e.offset());
+}
+
+TEST(TscOffsetEstimator, ExactIgnoresArrivalsAndHellos) {
+  auto e = TscOffsetEstimator::exact(-777);
+  GuestClock clock;
+  clock.valid = true;
+  clock.time_mult = 1;
+  e.on_hello(clock);
+  e.on_event(10, 1);
+  ASSERT_TRUE(e.offset());
+  EXPECT_EQ(*e.offset(), -777);
+  EXPECT_FALSE(TscOffsetEstimator::none().offset());
+}
+
+TEST(LossCounters, EveryKindFromTheProtocolAndTheHostIsCountedAndNamed) {
+  EventLog log(3);  // a cap of 3 events: the rest are dropped, and counted
+  std::vector<SidebandEvent> events;
+  events.push_back(event(1, LostEvent{KTP_LOST_PERF_RING, 0, 5}));
+  events.push_back(event(2, LostEvent{KTP_LOST_QUEUE, 0, 2}));
+  events.push_back(event(3, LostEvent{KTP_LOST_GUARD_TIMEOUT, 0, 1}));
+  events.push_back(event(4, LostEvent{KTP_LOST_MODULE_RACE, 0, 1}));
+  log.append(std::move(events));
+  DecoderStats dec;
+  dec.bad_crc = 3;
+  dec.frames_missing = 4;
+  TextSaverStats saver;
+  saver.unloads_lost = 2;
+  saver.guard_failed = 1;
+  auto l = LossCounters::collect(log, dec, saver, 6);
+  EXPECT_EQ(l.perf_ring, 5u);
+  EXPECT_EQ(l.queue, 2u);
+  EXPECT_EQ(l.guard_timeout, 1u);
+  EXPECT_EQ(l.events_dropped, log.dropped());
+  EXPECT_GE(l.events_dropped, 1u);
+  EXPECT_EQ(l.acks_failed, 6u);
+  EXPECT_EQ(l.sideband_errors, 3u);
+  EXPECT_EQ(l.frames_missing, 4u);
+  auto j = l.to_json();
+  EXPECT_EQ(j["acks_failed"], 6);
+  EXPECT_EQ(j["events_dropped"], l.events_dropped);
+  EXPECT_EQ(j["lost_perf_ring"], 5);
+  EXPECT_EQ(j["lost_total"], l.total());
+  std::string d = l.describe();
+  for (const char* part : {"5 perf-ring", "2 queued", "6 acks unsent", "3 corrupt sideband", "4 missing sideband",
+                           "past the log's cap"})
+    EXPECT_NE(d.find(part), std::string::npos) << part << " in: " << d;
+  EXPECT_EQ(LossCounters{}.describe(), "no losses");
+  EXPECT_EQ(LossCounters{}.total(), 0u);
+}
+
+TEST(TraceSummary, OneLineNamesSidebandErrors) {
+  TraceSummary s;
+  s.end_reason = "SIGINT";
+  s.losses.sideband_errors = 860;
+  std::string line = s.one_line();
+  EXPECT_NE(line.find("860 corrupt sideband frames"), std::string::npos) << line;
+  EXPECT_NE(line.find("(SIGINT)"), std::string::npos) << line;
+  auto j = s.to_json();
+  EXPECT_EQ(j["decode_errors"], 860);
+  EXPECT_EQ(j["end"], "SIGINT");
+}
+
+TEST(TraceOptions, ParsedWithEachBadValueNamed) {
+  TraceOptionWords w;
+  w.out_dir = "/tmp/x";
+  auto o = parse_trace_options(w);
+  ASSERT_TRUE(o) << o.error().message;
+  EXPECT_EQ(o->pt, PtChoice::Auto);
+  EXPECT_TRUE(o->guard);
+  EXPECT_TRUE(o->ack_word);
+  w.pt = "hardware";
+  w.pt_psb = "3";
+  w.pt_mtc = "off";
+  w.no_guard = true;
+  o = parse_trace_options(w);
+  ASSERT_TRUE(o) << o.error().message;
+  EXPECT_EQ(o->pt, PtChoice::Hardware);
+  EXPECT_EQ(o->pt_config.psb_period, 3u);
+  EXPECT_FALSE(o->pt_config.mtc);
+  EXPECT_FALSE(o->guard);
+  w.pt_cyc = "16";
+  o = parse_trace_options(w);
+  ASSERT_FALSE(o);
+  EXPECT_NE(o.error().message.find("--pt-cyc takes 0..15"), std::string::npos) << o.error().message;
+  w.pt_cyc.reset();
+  w.pt = "laser";
+  o = parse_trace_options(w);
+  ASSERT_FALSE(o);
+  EXPECT_NE(o.error().message.find("'laser'"), std::string::npos);
+  w.pt.reset();
+  w.backend = "xp";
+  EXPECT_TRUE(parse_trace_options(w));  // parsed; TraceSession::open refuses it as too slow
+}
+
+TEST(TraceOptions, DefaultBundleNameIsSafeAndDated) {
+  std::tm tm{};
+  tm.tm_year = 126, tm.tm_mon = 10, tm.tm_mday = 30, tm.tm_hour = 9, tm.tm_min = 5, tm.tm_sec = 7, tm.tm_isdst = -1;
+  auto when = std::chrono::system_clock::from_time_t(std::mktime(&tm));
+  EXPECT_EQ(default_trace_dir("vm1", when), "vm1-20261130-090507");
+  EXPECT_EQ(default_trace_dir("../etc/x y", when), "trace.._etc_x_y-20261130-090507");
+  EXPECT_EQ(default_trace_dir("", when), "trace-20261130-090507");
+}
+
+TEST(TraceProgress, StatusLineShowsEveryCounter) {
+  TraceProgress p;
+  p.seconds = 12, p.events = 340, p.text_pokes = 26, p.holds = 4, p.lost = 3;
+  std::string line = p.status_line();
+  for (const char* part : {"12s", "events 340", "pokes 26", "holds 4", "lost 3"})
+    EXPECT_NE(line.find(part), std::string::npos) << part << " in: " << line;
+}
+
+}  // namespace
+}  // namespace kt
