@@ -1,6 +1,8 @@
 // PieceDecoder: the block decoder's inner loop and the profile it feeds.
 #include "piece_decoder.h"
 
+#include "piece_walk.h"
+
 #include <intel-pt.h>
 
 #include <algorithm>
@@ -68,7 +70,6 @@ void PieceScratch::reset() {
 PieceDecoder::PieceDecoder(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
                            const Symbolizer& symbols, const DecodeOptions& options)
     : pt_(pt), image_(image), symbols_(symbols), options_(options), cursor_(image), cache_(size_t{1} << std::min(options.cache_bits, 24u)) {
-  nodes_.push_back({0, UINT32_MAX, 0, 0});
   for (PieceScratch* s : {&a_, &b_}) {
     s->fn_insns.assign(symbols.size(), 0);
     s->fn_calls.assign(symbols.size(), 0);
@@ -76,18 +77,6 @@ PieceDecoder::PieceDecoder(const std::map<uint32_t, std::vector<uint8_t>>& pt, c
   }
   fn_insns_.assign(symbols.size(), 0);
   fn_calls_.assign(symbols.size(), 0);
-}
-
-uint32_t PieceDecoder::child(uint32_t parent, uint32_t fn) {
-  if (nodes_[parent].depth >= 256) parent = nodes_[parent].parent;  // bounded stacks: replace the top
-  uint64_t key = (uint64_t{parent} << 32) | fn;
-  auto [it, fresh] = children_.try_emplace(key, static_cast<uint32_t>(nodes_.size()));
-  if (fresh) {
-    uint32_t marker = parent == 0 ? ((fn & kStackMarker) && fn != UINT32_MAX ? fn : 0) : nodes_[parent].marker;
-    nodes_.push_back({parent, fn, nodes_[parent].depth + 1, marker});
-    for (PieceScratch* s : {&a_, &b_}) s->node_insns.push_back(0);
-  }
-  return it->second;
 }
 
 void PieceDecoder::forget_leaders() {
@@ -146,45 +135,22 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
     return st;
   }
   pt_blk_set_image(dec, cursor_.image());
-  uint64_t now = piece.time;
-  enum { kNone, kCall, kReturn, kPush } pending = kNone;
-  uint32_t cur = 0;
-  // Until the trace is enabled in this piece, its stack continues the
-  // previous piece's: roots hang under a marker counting the frames popped.
-  uint32_t underflows = 0;
-  bool reset = false;
-  // Coverage counts blocks that begin after a control transfer (or an event):
-  // where libipt splits a straight run for its own reasons (its block cache
-  // is shared by the threads) the run stays one block.
-  bool leader = true;
-  auto root_for = [&](uint32_t fn) {
-    return reset ? child(0, fn) : child(child(0, kStackMarker | std::min(underflows, 0xffffu)), fn);
-  };
-  auto is_root = [&](uint32_t n) { return n == 0 || (n != 0 && nodes_[n].fn != UINT32_MAX && (nodes_[n].fn & kStackMarker)); };
-  // After an overflow the time stays where it was until the next timing
-  // packet, though the packets that follow may have run much later (the TCG
-  // plugin's OVF closes a deferred frame). The text version at `now` is then
-  // a guess: text missing there is the overflow's loss, not missing text.
-  bool time_uncertain = false;
-  auto record = [&](DecodeErrorKind kind, int code, uint64_t ip) {
-    const char* detail = code ? pt_errstr(pt_errcode(code)) : "overflow";
-    if (kind == DecodeErrorKind::NoText && time_uncertain) {
-      kind = DecodeErrorKind::Overflow;
-      detail = "no text at this address while the time was unknown after an overflow";
-    }
+  PieceWalk walk(tree_, s, piece.time);
+  auto record = [&](DecodeErrorKind seen, int code, uint64_t ip) {
+    DecodeErrorKind kind = walk.on_error(seen);
+    const char* detail = kind != seen ? "no text at this address while the time was unknown after an overflow"
+                         : code      ? pt_errstr(pt_errcode(code))
+                                     : "overflow";
     s.error_counts[kind]++;
     if (kind != DecodeErrorKind::Overflow) s.error_total++;
     if (s.errors.size() >= options_.max_error_examples) return;
     uint64_t offset = 0;
     pt_blk_get_offset(dec, &offset);
-    s.errors.push_back({kind, piece.cpu, piece.begin + offset, ip, now, detail});
+    s.errors.push_back({kind, piece.cpu, piece.begin + offset, ip, walk.now(), detail});
   };
   auto update_time = [&](uint64_t t) {
-    if (t > now) {
-      now = t;
-      time_uncertain = false;
-    }
-    if (now >= cursor_.next_change()) cursor_.advance(now);
+    walk.on_time(t);
+    if (walk.now() >= cursor_.next_change()) cursor_.advance(walk.now());
   };
   int status = pt_blk_sync_forward(dec);
   while (status >= 0) {
@@ -196,24 +162,12 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
       switch (ev.type) {
         case ptev_overflow:
           record(DecodeErrorKind::Overflow, 0, ev.variant.overflow.ip);
-          time_uncertain = true;  // until a later time arrives
-          cur = 0;
-          reset = true;
-          leader = true;
-          pending = kNone;
+          walk.on_overflow();
           break;
         case ptev_enabled:
         case ptev_disabled:
-        case ptev_async_disabled:
-          cur = 0;
-          reset = true;
-          leader = true;
-          pending = kNone;
-          break;
-        case ptev_async_branch:
-          pending = kPush;
-          leader = true;
-          break;
+        case ptev_async_disabled: walk.on_tracing_changed(); break;
+        case ptev_async_branch: walk.on_interrupt(); break;
         default: break;
       }
     }
@@ -228,55 +182,17 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
     // belongs to the next piece (the stream's last piece: its outcome is unknown).
     if (status == -pte_eos && block.ninsn > 0) block.ninsn--;
     if (block.ninsn > 0) {
-      CacheEntry& e = lookup(block.ip, block.end_ip, block.isid, block.iclass, now);
-      uint32_t f = e.fn;
-      if (leader && !e.leader_seen) {
+      CacheEntry& e = lookup(block.ip, block.end_ip, block.isid, block.iclass, walk.now());
+      if (walk.leader() && !e.leader_seen) {
         e.leader_seen = true;
-        s.new_blocks.emplace_back(f, block.ip);
+        s.new_blocks.emplace_back(e.fn, block.ip);
       }
-      leader = e.cls != kClsOther;
-      // A call into its own function but not to its entry is no call: return
-      // stack buffer stuffing (FILL_RETURN_BUFFER in __switch_to_asm and the
-      // entry code) calls the next instruction and never returns, so a frame
-      // for it would never be popped.
-      if (pending == kCall && cur != 0 && f == nodes_[cur].fn && f != Symbolizer::kUnknown &&
-          block.ip != symbols_.function(f).start)
-        pending = kNone;
-      if (pending == kCall) {
-        uint32_t caller = nodes_[cur].fn == UINT32_MAX ? Symbolizer::kUnknown : nodes_[cur].fn;
-        s.edges[(uint64_t{caller} << 32) | f]++;
-        if (s.fn_insns[f] == 0 && s.fn_calls[f] == 0) s.fn_touched.push_back(f);
-        s.fn_calls[f]++;
-        cur = cur == 0 ? root_for(f) : child(cur, f);
-      } else if (pending == kPush) {
-        cur = cur == 0 ? root_for(f) : child(cur, f);
-      } else if (cur == 0) {
-        cur = root_for(f);
-      } else if (pending == kReturn) {
-        uint32_t p = nodes_[cur].parent;
-        if (is_root(p)) {
-          if (!reset) ++underflows;  // returned below where the piece began
-          cur = root_for(f);
-        } else {
-          cur = nodes_[p].fn == f ? p : child(nodes_[p].parent, f);
-        }
-      } else if (nodes_[cur].fn != f) {
-        cur = child(nodes_[cur].parent, f);
-      }
-      if (s.fn_insns[f] == 0 && s.fn_calls[f] == 0) s.fn_touched.push_back(f);
-      s.fn_insns[f] += block.ninsn;
-      if (s.node_insns[cur] == 0) s.node_touched.push_back(cur);
-      s.node_insns[cur] += block.ninsn;
-      s.insns += block.ninsn;
-      s.blocks++;
-      pending = e.cls == kClsCall ? kCall : e.cls == kClsReturn ? kReturn : kNone;
+      bool at_entry = e.fn != Symbolizer::kUnknown && block.ip == symbols_.function(e.fn).start;
+      walk.on_block({e.fn, block.ninsn, e.cls, at_entry});
     }
     if (status < 0) {
       if (status == -pte_eos) break;
       record(classify_pt_error(status), status, block.ninsn ? block.end_ip : block.ip);
-      cur = 0;
-      reset = true;
-      pending = kNone;
       status = pt_blk_sync_forward(dec);  // the next PSB is the next piece's: this ends the piece
       continue;
     }
@@ -284,8 +200,8 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
     uint32_t lost_mtc = 0, lost_cyc = 0;
     if (pt_blk_time(dec, &tsc, &lost_mtc, &lost_cyc) >= 0) update_time(tsc);
   }
-  s.t_end = now;
-  s.final_node = cur == 0 && !reset ? UINT32_MAX : cur;  // UINT32_MAX: no block, the stack is unchanged
+  s.t_end = walk.now();
+  s.final_node = walk.final_node();
   pt_blk_free_decoder(dec);
   return ok_status();
 }
@@ -347,12 +263,6 @@ void PieceDecoder::commit(uint32_t cpu, uint64_t piece_begin, PieceScratch& s) {
   total_.blocks += s.blocks;
   total_.cpu_insns[cpu] += s.insns;
   total_.pieces++;
-}
-
-void PieceDecoder::path_of(uint32_t node, std::vector<uint32_t>& path) const {
-  path.clear();
-  for (uint32_t x = node; x != 0; x = nodes_[x].parent) path.push_back(nodes_[x].fn);
-  std::reverse(path.begin(), path.end());
 }
 
 void PieceDecoder::merge_into(Profile& out, size_t index, std::vector<PieceStacks>& stacks) {

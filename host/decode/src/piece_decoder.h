@@ -7,34 +7,9 @@
 #include <vector>
 
 #include "kthost/decode/decoder.h"
+#include "piece_walk.h"
 
 namespace kt {
-
-enum InsnClass : uint8_t { kClsOther = 0, kClsCall, kClsReturn, kClsJump, kClsCond };
-
-// A stack node whose fn has this bit is a marker: "the stack the piece began
-// with, less (fn & ~kStackMarker) frames popped below it".
-inline constexpr uint32_t kStackMarker = 0x80000000u;
-// The class of the x86-64 instruction at `p` (prefixes skipped).
-uint8_t classify_x86(const uint8_t* p, size_t n);
-DecodeErrorKind classify_pt_error(int code);
-
-// What one piece added; committed into the thread's totals only if kept.
-struct PieceScratch {
-  uint64_t insns = 0, blocks = 0;
-  std::vector<uint64_t> fn_insns, fn_calls;  // dense by function id
-  std::vector<uint32_t> fn_touched;
-  std::vector<uint64_t> node_insns;          // dense by stack node
-  std::vector<uint32_t> node_touched;
-  std::unordered_map<uint64_t, uint64_t> edges;
-  std::vector<std::pair<uint32_t, uint64_t>> new_blocks;
-  std::vector<DecodeErrorRecord> errors;
-  uint64_t error_total = 0;  // errors other than overflow
-  uint64_t t_end = 0;        // PT time at the end of the piece
-  uint32_t final_node = 0;   // the stack at the end of the piece
-  std::map<DecodeErrorKind, uint64_t> error_counts;
-  void reset();
-};
 
 // One piece's stack counts, by the decoding thread's stack nodes, kept for
 // stitching the pieces of a CPU in order (decoder.cpp).
@@ -56,9 +31,9 @@ class PieceDecoder {
   // `stacks` (tagged with `index`) for stitch_stacks().
   void merge_into(Profile& out, size_t index, std::vector<PieceStacks>& stacks);
   // Root-to-leaf functions of a node; a marker, if any, comes first.
-  void path_of(uint32_t node, std::vector<uint32_t>& path) const;
+  void path_of(uint32_t node, std::vector<uint32_t>& path) const { tree_.path_of(node, path); }
   // The marker at the root of a node's path (0: the path starts at a known-empty stack).
-  uint32_t root_marker(uint32_t node) const { return nodes_[node].marker; }
+  uint32_t root_marker(uint32_t node) const { return tree_.node(node).marker; }
 
  private:
   struct CacheEntry {
@@ -68,12 +43,8 @@ class PieceDecoder {
     uint8_t cls = 0;
     bool leader_seen = false;  // counted for coverage by this thread already
   };
-  struct Node {
-    uint32_t parent, fn, depth, marker;
-  };
   Status run(const Piece& piece, int64_t shift, PieceScratch& s);
   void commit(uint32_t cpu, uint64_t piece_begin, PieceScratch& s);
-  uint32_t child(uint32_t parent, uint32_t fn);
   CacheEntry& lookup(uint64_t ip, uint64_t end_ip, int isid, int iclass, uint64_t time);
   void forget_leaders();
 
@@ -83,8 +54,7 @@ class PieceDecoder {
   const DecodeOptions& options_;
   ImageCursor cursor_;
   std::vector<CacheEntry> cache_;
-  std::vector<Node> nodes_;
-  std::unordered_map<uint64_t, uint32_t> children_;
+  CallTree tree_;
   PieceScratch a_, b_;
   // Totals.
   Profile total_;
