@@ -8,6 +8,8 @@
 #   - the BPF programs appear, by name;
 #   - zero "no text" decode errors;
 #   - zero guard misses;
+#   - every BPF program's text in the bundle equals the guest kernel's JIT
+#     bytes (tests/tools/check-bpf-text.py);
 #   - the domain still runs afterwards.
 #
 # usage: tests/vm/run-main-job.sh BUILD_DIR [--check] [--keep DIR]
@@ -67,6 +69,7 @@ case "$named" in
 esac
 ln -s "$named" "$BUNDLE"
 grep -v '^$' "$WORK/trace.log" | tail -n 2
+g cat /tmp/bpf.txt >"$WORK/bpf.txt"
 say "   the command's exit status comes back: kthost trace -- 'exit 7'"
 set +e
 "$K" trace --domain "$NAME" --pt none -o "$WORK/exit7" -- 'exit 7' >/dev/null 2>"$WORK/exit7.log"
@@ -80,6 +83,9 @@ say "4. kthost report $BUNDLE"
 
 [ $CHECK = 1 ] || exit 0
 say "5. checks"
+# The bundle's BPF text against the guest kernel's own JIT bytes
+# (jited_prog_insns, written by ktprobe in the guest), by a separate parser.
+"$SRC/tests/tools/check-bpf-text.py" "$BUNDLE" "$WORK/bpf.txt" || { say "FAIL  BPF text"; exit 1; }
 state=$(virsh -q -c qemu:///system domstate "$NAME")
 python3 - "$WORK/report.json" "$BUNDLE/summary.json" "$BUNDLE/events.jsonl" "$state" "$WORK/workload.out" <<'EOF'
 import json, sys
