@@ -324,6 +324,14 @@ static void respond(struct channel *ch, uint32_t id, int32_t status, uint32_t fl
 
 static void serve(struct channel *ch) {
   static char command[KTEXEC_MAX_COMMAND + 1];
+  /* The last request run and its answer (see the resend note below). */
+  static struct {
+    int valid;
+    uint32_t id;
+    int32_t status;
+    uint32_t flags;
+    struct output out;
+  } last;
   for (;;) {
     resync(ch, 0);
     if (ch->len < HEADER_SIZE) {
@@ -350,6 +358,13 @@ static void serve(struct channel *ch) {
     command[req.cmd_len] = '\0';
     consume(ch, HEADER_SIZE + req.cmd_len);
 
+    /* The host resends a request it got no answer to (after reconnecting:
+     * QEMU may have dropped the guest's "host connected" message). A request
+     * is never run twice: a repeated id gets the cached answer. */
+    if (last.valid && req.id == last.id) {
+      respond(ch, req.id, last.status, last.flags, &last.out);
+      continue;
+    }
     struct output out = {0};
     int32_t status = -1;
     uint32_t flags = 0;
@@ -360,8 +375,13 @@ static void serve(struct channel *ch) {
     } else {
       run_command(command, req.timeout_ms, &out, &status, &flags);
     }
-    respond(ch, req.id, status, flags, &out);
-    free(out.data);
+    free(last.out.data);
+    last.valid = 1;
+    last.id = req.id;
+    last.status = status;
+    last.flags = flags;
+    last.out = out;
+    respond(ch, req.id, status, flags, &last.out);
   }
 }
 

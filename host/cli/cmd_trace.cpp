@@ -67,6 +67,7 @@ int run(const std::vector<std::string>& args) {
   if (opt.has("json")) std::printf("%s\n", summary->to_json().dump().c_str());
   std::fprintf(stderr, "\nkthost trace: %s\nkthost trace: bundle %s\n", summary->one_line().c_str(), o->out_dir.c_str());
   if (!workload) return (*session)->failed() ? 1 : 0;
+  if (!workload->done()) return say("stopped before the command ended (it goes on in the guest)"), 128 + g_signal;
   if (!workload->result()) return fail(kName, workload->result().error().with_context("the command in the guest"));
   std::fwrite(workload->result()->output.data(), 1, workload->result()->output.size(), stdout);
   return workload->exit_status();

@@ -1,7 +1,12 @@
 // The exec response decoder must cope with whatever the guest sends.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "ktexec_proto.h"
 #include "kthost/vm/guest_exec.h"
@@ -103,6 +108,55 @@ TEST(GuestExecDecode, TruncatedFrameWaitsForMore) {
   auto result = decode_exec_response(view, 3);
   ASSERT_TRUE(result.ok() && result->has_value());
   EXPECT_EQ((*result)->output, "0123456789");
+}
+
+// A FAKE exec channel (QEMU's socket with ktexec behind it) whose guest
+// missed the first connect: it takes the request on the first connection and
+// never answers there, then answers the resent request on the second.
+TEST(GuestExecRun, ReconnectsAndResendsWhenTheGuestMissedTheConnect) {
+  std::string path = "/tmp/kthost-exec-test-" + std::to_string(::getpid()) + ".sock";
+  ::unlink(path.c_str());
+  int server = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(server, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  ASSERT_EQ(::bind(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(server, 4), 0);
+  std::vector<uint32_t> ids;
+  std::thread guest([&] {
+    auto read_request = [&](int fd) {
+      ktexec_request req{};
+      if (::recv(fd, &req, sizeof req, MSG_WAITALL) != static_cast<ssize_t>(sizeof req)) return req;
+      std::string cmd(req.cmd_len, '\0');
+      (void)::recv(fd, cmd.data(), cmd.size(), MSG_WAITALL);
+      ids.push_back(req.id);
+      return req;
+    };
+    int first = ::accept(server, nullptr, nullptr);
+    read_request(first);  // ... and no answer on this connection
+    int second = ::accept(server, nullptr, nullptr);
+    ktexec_request req = read_request(second);
+    std::string answer = frame(req.id, 3, 0, "hello\n");
+    (void)::send(second, answer.data(), answer.size(), MSG_NOSIGNAL);
+    ::usleep(200000);
+    ::close(first);
+    ::close(second);
+  });
+  auto exec = GuestExec::connect(path, std::chrono::seconds(2));
+  ASSERT_TRUE(exec) << exec.error().message;
+  auto start = std::chrono::steady_clock::now();
+  auto r = exec->run("echo hello", std::chrono::seconds(20));
+  guest.join();
+  ::close(server);
+  ::unlink(path.c_str());
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->status, 3);
+  EXPECT_EQ(r->output, "hello\n");
+  EXPECT_EQ(r->reconnects, 1u);
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(ids[0], ids[1]) << "the resent request must carry the same id, so ktexec does not run it twice";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 }  // namespace

@@ -13,16 +13,17 @@ Result<std::unique_ptr<GuestWorkload>> GuestWorkload::start(const std::string& e
   if (command.empty()) return Error(ErrorCode::InvalidArgument, "no command given after --");
   if (exec_socket.empty()) return Error(ErrorCode::Unsupported, "the guest has no exec channel (org.kthost.exec)");
   KT_ASSIGN_OR_RETURN(GuestExec exec, GuestExec::connect(exec_socket, std::chrono::seconds(10)));
-  auto w = std::unique_ptr<GuestWorkload>(new GuestWorkload());
+  auto w = std::unique_ptr<GuestWorkload>(new GuestWorkload(std::move(exec)));
   GuestWorkload* self = w.get();
-  w->thread_ = std::thread([self, exec = std::move(exec), command, timeout]() mutable {
-    self->result_ = exec.run(command, timeout);
+  w->thread_ = std::thread([self, command, timeout] {
+    self->result_ = self->exec_.run(command, timeout);
     self->done_.store(true, std::memory_order_release);
   });
   return w;
 }
 
 GuestWorkload::~GuestWorkload() {
+  if (!done()) exec_.abort();
   if (thread_.joinable()) thread_.join();
 }
 

@@ -1,5 +1,7 @@
 #include "kthost/vm/guest_exec.h"
 
+#include <sys/socket.h>
+
 #include <bit>
 #include <cstring>
 #include <random>
@@ -19,6 +21,9 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kHeaderSize = sizeof(ktexec_response);
 // The guest needs a moment after its own timeout to kill, reap and answer.
 constexpr std::chrono::milliseconds kAnswerGrace{10000};
+// With no answer, the first reconnect after 1 s, then every 2, 4, ... 30 s.
+constexpr std::chrono::milliseconds kFirstPoke{1000};
+constexpr std::chrono::milliseconds kMaxPoke{30000};
 
 std::string_view response_magic() {
   static const uint32_t magic = KTEXEC_RESPONSE_MAGIC;
@@ -82,7 +87,9 @@ Result<GuestExec> GuestExec::connect(const std::string& socket_path, std::chrono
   // A random first id: a response left over from an earlier client must not
   // match one of ours by accident.
   std::random_device random;
-  return GuestExec(std::move(*fd), static_cast<uint32_t>(random()));
+  GuestExec exec(std::move(*fd), static_cast<uint32_t>(random()));
+  exec.socket_path_ = socket_path;
+  return exec;
 }
 
 Result<ExecResult> GuestExec::run(const std::string& command, std::chrono::milliseconds timeout) {
@@ -108,26 +115,57 @@ Result<ExecResult> GuestExec::run(const std::string& command, std::chrono::milli
   if (auto st = write_all(fd_.get(), frame.data(), frame.size(), left()); !st)
     return st.error().with_context("sending exec request");
 
+  // QEMU drops a virtio-serial control message when the guest has no buffer
+  // for it. A lost "host connected" after a quick reconnect leaves the guest
+  // believing no host is there: ktexec runs the request, and its answer blocks
+  // until the next connect. So while no answer comes, reconnect (which tells
+  // the guest again) and resend the same request, with backoff; ktexec answers
+  // a repeated id from its cache and never runs a request twice.
+  auto poke_after = kFirstPoke;
+  auto next_poke = Clock::now() + poke_after;
+  unsigned reconnects = 0;
   for (;;) {
     std::string_view view(pending_);
     auto decoded = decode_exec_response(view, id);
     pending_.erase(0, pending_.size() - view.size());
     if (!decoded) return decoded.take_error();
-    if (decoded->has_value()) return std::move(**decoded);
+    if (decoded->has_value()) {
+      (*decoded)->reconnects = reconnects;
+      return std::move(**decoded);
+    }
     // Read only what the current frame needs, so nothing of a later frame
     // is taken from the socket early.
     size_t want = exec_response_bytes_wanted(pending_);
     size_t old_size = pending_.size();
     pending_.resize(old_size + want);
-    auto st = read_exact(fd_.get(), pending_.data() + old_size, want, left());
-    if (!st) {
-      pending_.resize(old_size);
-      if (st.error().code == ErrorCode::Timeout)
-        return Error(ErrorCode::Timeout, "the guest did not answer exec request " + std::to_string(id) +
-                                             " in time (is ktexec running?)");
-      return st.error().with_context("reading exec response");
-    }
+    auto until_poke = std::chrono::duration_cast<std::chrono::milliseconds>(next_poke - Clock::now());
+    bool poke_due = pending_.size() == want && !socket_path_.empty() && until_poke < left();
+    auto st = read_exact(fd_.get(), pending_.data() + old_size, want,
+                         poke_due ? std::max(until_poke, std::chrono::milliseconds(1)) : left());
+    if (st) continue;
+    pending_.resize(old_size);
+    if (aborted_->load()) return Error(ErrorCode::Io, "exec request " + std::to_string(id) + " aborted");
+    if (st.error().code != ErrorCode::Timeout) return st.error().with_context("reading exec response");
+    if (left().count() == 0)
+      return Error(ErrorCode::Timeout, "the guest did not answer exec request " + std::to_string(id) +
+                                           " in time (is ktexec running?)");
+    if (!poke_due) continue;
+    if (aborted_->load()) return Error(ErrorCode::Io, "exec request " + std::to_string(id) + " aborted");
+    auto fd = connect_unix(socket_path_, std::chrono::seconds(5));
+    if (!fd) return fd.error().with_context("reconnecting the exec channel");
+    fd_ = std::move(*fd);
+    pending_.clear();
+    ++reconnects;
+    if (auto resent = write_all(fd_.get(), frame.data(), frame.size(), left()); !resent)
+      return resent.error().with_context("resending exec request");
+    poke_after = std::min(poke_after * 2, kMaxPoke);
+    next_poke = Clock::now() + poke_after;
   }
+}
+
+void GuestExec::abort() {
+  aborted_->store(true);
+  ::shutdown(fd_.get(), SHUT_RDWR);
 }
 
 }  // namespace kt

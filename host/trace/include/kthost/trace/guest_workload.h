@@ -23,7 +23,9 @@ class GuestWorkload {
   static Result<std::unique_ptr<GuestWorkload>> start(const std::string& exec_socket,
                                                       const std::vector<std::string>& words,
                                                       std::chrono::milliseconds timeout);
-  ~GuestWorkload();  // joins: the guest answers by the timeout at the latest
+  // Stops waiting for the command (it goes on in the guest until it ends or
+  // times out there) and joins; done() stays false when it was stopped.
+  ~GuestWorkload();
 
   bool done() const { return done_.load(std::memory_order_acquire); }
   // Once done(): the command's result, or why it could not be run.
@@ -33,7 +35,8 @@ class GuestWorkload {
   int exit_status() const;
 
  private:
-  GuestWorkload() : result_(Error(ErrorCode::Io, "not finished")) {}
+  explicit GuestWorkload(GuestExec exec) : exec_(std::move(exec)), result_(Error(ErrorCode::Io, "not finished")) {}
+  GuestExec exec_;
   std::atomic<bool> done_{false};
   Result<ExecResult> result_;
   std::thread thread_;

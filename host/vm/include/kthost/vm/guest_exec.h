@@ -7,7 +7,9 @@
 // while the guest's write was blocked) are dropped by id.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -24,6 +26,7 @@ struct ExecResult {
   bool truncated = false;  // the guest dropped output past KTEXEC_MAX_OUTPUT
   bool timed_out = false;  // the guest killed the command at its timeout
   bool not_run = false;    // the guest could not start the command
+  unsigned reconnects = 0; // times the host reconnected while waiting (see GuestExec::run)
 };
 
 // Decodes the response to request `want_id` from the front of `stream` and
@@ -51,12 +54,22 @@ class GuestExec {
   // `timeout` (ExecResult::timed_out); the host waits a little longer for the
   // answer, then fails with Timeout. Other failures: InvalidArgument (command
   // too long), Protocol (bad response or the channel closed), Io.
+  // While no answer comes it reconnects and resends the request (1 s, then
+  // with backoff): a guest that missed the connect (QEMU drops virtio-serial
+  // control messages the guest has no buffer for) answers then; ktexec never
+  // runs one request id twice.
   Result<ExecResult> run(const std::string& command, std::chrono::milliseconds timeout);
+
+  // From another thread: makes a run() in progress return Io at once (the
+  // command goes on in the guest until it ends or its timeout).
+  void abort();
 
  private:
   explicit GuestExec(UniqueFd fd, uint32_t first_id) : fd_(std::move(fd)), next_id_(first_id) {}
 
   UniqueFd fd_;
+  std::string socket_path_;  // for reconnecting while an answer is overdue
+  std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
   uint32_t next_id_;
   std::string pending_;  // bytes read but not yet decoded
 };
