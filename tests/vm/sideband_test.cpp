@@ -184,10 +184,11 @@ TEST_F(Sideband, EveryTextPokeArrivesOrItsLossIsCounted) {
                 static_cast<unsigned long>(lost));
     EXPECT_EQ(counted + lost, guest);
   }
-  // The oracle's own perf events flip static keys when it opens and closes
-  // them, which it cannot see itself; everything else it saw, the host saw.
-  EXPECT_GE(counted + lost + 64, guest_pokes);
+  // Everything the oracle saw, the host saw or was told it lost; and the host
+  // saw no more than that, but for the oracle's own perf events, which flip
+  // static keys when it opens and closes them (seen: 0 or 6 pokes).
   EXPECT_LE(guest_pokes, counted + lost);
+  EXPECT_LE(counted + lost, guest_pokes + 64) << "the host got pokes the guest kernel never made";
   for (const auto* ev : log_.of_kind("text_poke")) {
     const auto& p = std::get<TextPokeEvent>(ev->body);
     // A new trampoline is reported with no old bytes; a patched site with both.

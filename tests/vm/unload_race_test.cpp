@@ -324,7 +324,10 @@ TEST_F(UnloadRace, WithoutTheGuardTheRaceShows) {
   std::string dir = vm_->state_dir() + "/trace-noguard";
   auto trace = start_trace(dir, false);
   ASSERT_NE(trace, nullptr);
-  auto bpf = vm_->check("ktprobe bpf-stress --count 400 --kinds socket,xdp --out /tmp/bpf3.txt", std::chrono::seconds(600));
+  // The same BPF stress as the guarded run, so the two are comparable.
+  auto bpf = vm_->check("ktprobe bpf-stress --count " + std::to_string(kBpfPrograms) +
+                            " --kinds socket,xdp,tracepoint,kprobe --out /tmp/bpf3.txt",
+                        std::chrono::seconds(600));
   EXPECT_TRUE(bpf) << bpf.error().message;
   std::this_thread::sleep_for(std::chrono::seconds(5));
   auto summary = stop_trace(*trace, dir);
@@ -334,7 +337,7 @@ TEST_F(UnloadRace, WithoutTheGuardTheRaceShows) {
   auto store = read_text_store(dir + "/text.kts");
   ASSERT_TRUE(store) << store.error().message;
   auto progs = parse_progs(guest_file("/tmp/bpf3.txt"));
-  ASSERT_EQ(progs.size(), 400u);
+  ASSERT_EQ(progs.size(), static_cast<size_t>(kBpfPrograms));
   // The unregister copy of each program, by its unique name.
   std::map<std::string, const TextRecord*> unreg;
   for (const auto& r : store->records)
@@ -342,10 +345,13 @@ TEST_F(UnloadRace, WithoutTheGuardTheRaceShows) {
   int same = 0, differ = 0, int3 = 0, none = 0;
   for (const auto& p : progs) {
     const TextRecord* rec = nullptr;
-    std::string suffix = "_kts_" + p.kind.substr(0, 6) + "_" + std::to_string(p.index);
+    // The kernel cuts names to 16 characters, so the kind is cut by as much
+    // as the index is long ("kts_tracepoi_18", "kts_tracepo_102"): match the
+    // index and the address.
+    std::string suffix = "_" + std::to_string(p.index);
     for (const auto& [name, r] : unreg)
-      if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
-          r->start == p.addr)
+      if (name.find("_kts_") != std::string::npos && name.size() >= suffix.size() &&
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 && r->start == p.addr)
         rec = r;
     if (!rec) {
       ++none;
@@ -359,7 +365,10 @@ TEST_F(UnloadRace, WithoutTheGuardTheRaceShows) {
   }
   std::printf("best effort: %d programs saved intact, %d differ (%d mostly int3), %d without an unregister copy\n",
               same, differ, int3, none);
-  EXPECT_GE(differ + none, 1) << "the race did not show: every unregister copy was intact";
+  // Copies were taken, and some of them hold what the guest wrote over freed
+  // text (int3 fill): bytes that really differ, not just missing copies.
+  EXPECT_GE(same + differ, static_cast<int>(progs.size()) / 2) << "most unloads got no unregister copy at all";
+  EXPECT_GE(int3, 1) << "the race did not show: no unregister copy holds the int3 fill of freed text";
   EXPECT_GE(summary.value("unloads_lost", 0), 1) << "kthost did not count any unload as lost";
 }
 
