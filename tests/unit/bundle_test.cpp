@@ -170,6 +170,24 @@ TEST_F(BundleTest, ManifestIsValidated) {
   EXPECT_NE(error_of().find("has no manifest.json"), std::string::npos);
 }
 
+// A trace that ended before the guest sent its clock writes "unknown"; it
+// reads back (sideband times then map to 0), and round-trips.
+TEST(BundleManifest, UnknownClockRoundTrips) {
+  BundleManifest m;
+  m.clock.identity = false;  // and time_mult 0: no guest clock yet
+  std::string text = manifest_to_json(m);
+  EXPECT_NE(text.find("\"perf_to_tsc\": \"unknown\""), std::string::npos) << text;
+  auto back = parse_manifest(text, "manifest.json");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_FALSE(back->clock.identity);
+  EXPECT_EQ(back->clock.time_mult, 0u);
+  EXPECT_EQ(back->clock.to_pt(123456), 0u);
+  auto bad = parse_manifest(R"({"format":"kthost-bundle","version":1,"clock":{"perf_to_tsc":"sundial"},
+         "cpus":[],"flush_seq":1,"files":{}})", "manifest.json");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("perf_to_tsc"), std::string::npos);
+}
+
 TEST_F(BundleTest, MissingListedFile) {
   auto w = writer();
   ASSERT_TRUE(w->close());

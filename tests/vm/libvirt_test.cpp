@@ -30,6 +30,35 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 
 std::string trim_copy(const std::string& s) { return std::string(trim(s)); }
 
+// A trace that ended on its own (guest gone, libvirtd gone) left a bundle
+// that reads back: `kthost report` accepts it, events.jsonl holds exactly the
+// events summary.json counts, the end reason says why, and the initial kcore
+// is there in full.
+// `ends`: what the end reason may say (any one); `min_events`: what the guest
+// had surely sent by then.
+void expect_bundle_reads_back(const std::string& dir, const std::vector<std::string>& ends, size_t min_events) {
+  auto report = run_command(kthost_binary() + " report " + dir + " --json --quiet", 120);
+  ASSERT_EQ(report.status, 0) << report.output;
+  auto doc = nlohmann::json::parse(report.output, nullptr, false);
+  ASSERT_TRUE(doc.is_object()) << report.output.substr(0, 500);
+  EXPECT_TRUE(doc.contains("losses") && doc.contains("insns")) << report.output.substr(0, 500);
+  auto summary = read_file(dir + "/summary.json");
+  ASSERT_TRUE(summary);
+  auto s = nlohmann::json::parse(*summary);
+  bool end_ok = false;
+  for (const auto& e : ends) end_ok = end_ok || contains(s.value("end", ""), e);
+  EXPECT_TRUE(end_ok) << *summary;
+  auto events = read_file(dir + "/events.jsonl", 64u << 20);
+  ASSERT_TRUE(events);
+  size_t lines = 0;
+  for (char c : *events) lines += c == '\n';
+  EXPECT_EQ(lines, s.value("events", 0u)) << "events.jsonl and summary.json disagree";
+  EXPECT_GE(lines, min_events);
+  struct stat st {};
+  ASSERT_EQ(::stat((dir + "/kcore").c_str(), &st), 0);
+  EXPECT_GT(st.st_size, 1 << 20);
+}
+
 class LibvirtTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -260,6 +289,7 @@ TEST_F(LibvirtTest, NoticesLibvirtdGoingAway) {
   auto manifest = read_file(dir + "/manifest.json");
   ASSERT_TRUE(manifest);
   EXPECT_TRUE(contains(*manifest, "\"complete\": true")) << *manifest;
+  expect_bundle_reads_back(dir, {"libvirtd"}, 1);
   // QEMU outlives libvirtd; a new libvirtd takes the domain back.
   auto r = run_command(script() + " start-daemon", 120);
   ASSERT_EQ(r.status, 0) << r.output;
@@ -290,9 +320,36 @@ TEST_F(LibvirtTest, NoticesStoppedDomainAndTraceEndsCleanly) {
   EXPECT_NE(status, -1) << "kthost trace did not end after the domain stopped:\n" << (*bg)->log();
   EXPECT_LT(status, 128) << "kthost trace died of a signal:\n" << (*bg)->log();
   EXPECT_TRUE(read_file(dir + "/summary.json").ok()) << (*bg)->log();
+  // The guest went away: the liveness check or the channel's close says so.
+  expect_bundle_reads_back(dir, {"guest:", "QEMU closed the channel"}, 0);
   auto alive = d->check_alive();
   ASSERT_FALSE(alive.ok());
   EXPECT_TRUE(contains(alive.error().message, "shut off")) << alive.error().message;
+  run_command("rm -rf " + dir);
+}
+
+TEST_F(LibvirtTest, GuestPanicEndsTheTraceWithABundleThatReadsBack) {
+  ASSERT_NO_FATAL_FAILURE(ensure_domain(""));
+  std::string dir = "/tmp/kthost-lvtest-panic";
+  run_command("rm -rf " + dir);
+  auto bg = Background::start({kthost_binary(), "trace", "--domain", kDomain, "-o", dir, "--pt", "none"},
+                              "/tmp/kthost-lvtest-panic.log");
+  ASSERT_TRUE(bg) << bg.error().message;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!contains((*bg)->log(), "writing " + dir) && std::chrono::steady_clock::now() < deadline)
+    ::usleep(100000);
+  ASSERT_TRUE(contains((*bg)->log(), "writing " + dir)) << (*bg)->log();
+  ::sleep(2);
+  // A real kernel panic: panic=-1 and no reboot end the domain.
+  run_command("timeout 30 " + kthost_binary() + " exec --domain " + kDomain +
+                  " --timeout 5 -- 'echo 1 > /proc/sys/kernel/sysrq; echo c > /proc/sysrq-trigger'",
+              40);
+  LibvirtTest::current_config_.clear();
+  int status = (*bg)->wait(std::chrono::seconds(60));
+  EXPECT_NE(status, -1) << "kthost trace did not end after the guest panicked:\n" << (*bg)->log();
+  EXPECT_LT(status, 128) << "kthost trace died of a signal:\n" << (*bg)->log();
+  expect_bundle_reads_back(dir, {"guest:", "QEMU closed the channel"}, 1);
+  EXPECT_NE(trim_copy(run_command(virsh("domstate ") + kDomain, 20).output), "running");
   run_command("rm -rf " + dir);
 }
 

@@ -27,6 +27,8 @@ std::string manifest_to_json(const BundleManifest& m) {
   nlohmann::json clock = {{"pt", "tsc"}, {"sideband", "perf_ns"}};
   if (m.clock.identity)
     clock["perf_to_tsc"] = "identity";
+  else if (m.clock.time_mult == 0)
+    clock["perf_to_tsc"] = "unknown";  // the trace ended before the guest sent its clock
   else
     clock["perf_to_tsc"] = {{"time_zero", m.clock.time_zero},
                             {"time_mult", m.clock.time_mult},
@@ -83,6 +85,8 @@ Result<BundleManifest> parse_manifest(const std::string& text, const std::string
   if (p2t == clock->end()) return bad(name, "clock: missing \"perf_to_tsc\"");
   if (p2t->is_string() && *p2t == "identity") {
     m.clock.identity = true;
+  } else if (p2t->is_string() && *p2t == "unknown") {
+    m.clock = {false, 0, 0, 0, 0};  // to_pt() gives 0: sideband times cannot be placed
   } else if (p2t->is_object()) {
     auto tz = get_uint<uint64_t>(*p2t, "time_zero", UINT64_MAX);
     auto tm = get_uint<uint32_t>(*p2t, "time_mult", UINT32_MAX);
