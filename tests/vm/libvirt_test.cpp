@@ -30,6 +30,25 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 
 std::string trim_copy(const std::string& s) { return std::string(trim(s)); }
 
+// `kthost trace --domain` into DIR in the background, returned once it is
+// tracing (its start line names DIR); null, with the log, if it never is.
+std::unique_ptr<Background> start_traced(const std::string& dir, const std::string& log) {
+  auto started = Background::start({kthost_binary(), "trace", "--domain", kDomain, "-o", dir, "--pt", "none"}, log);
+  if (!started) {
+    ADD_FAILURE() << started.error().message;
+    return nullptr;
+  }
+  std::unique_ptr<Background> bg = std::move(*started);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!contains(bg->log(), "writing " + dir) && std::chrono::steady_clock::now() < deadline)
+    ::usleep(100000);
+  if (!contains(bg->log(), "writing " + dir)) {
+    ADD_FAILURE() << "kthost trace did not start tracing:\n" << bg->log();
+    return nullptr;
+  }
+  return bg;
+}
+
 // A trace that ended on its own (guest gone, libvirtd gone) left a bundle
 // that reads back: `kthost report` accepts it, events.jsonl holds exactly the
 // events summary.json counts, the end reason says why, and the initial kcore
@@ -237,16 +256,12 @@ TEST_F(LibvirtTest, KilledTraceLeavesDomainRunning) {
   ASSERT_NO_FATAL_FAILURE(ensure_domain(""));
   std::string dir = "/tmp/kthost-lvtest-kill";
   run_command("rm -rf " + dir);
-  auto bg = Background::start({kthost_binary(), "trace", "--domain", kDomain, "-o", dir, "--pt", "none"}, "/tmp/kthost-lvtest-kill.log");
-  ASSERT_TRUE(bg) << bg.error().message;
-  // Wait until it is tracing (its start line), then kill -9 mid-trace.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!contains((*bg)->log(), "writing " + dir) && std::chrono::steady_clock::now() < deadline)
-    ::usleep(100000);
-  ASSERT_TRUE(contains((*bg)->log(), "writing " + dir)) << (*bg)->log();
+  auto bg = start_traced(dir, "/tmp/kthost-lvtest-kill.log");
+  ASSERT_NE(bg, nullptr);
+  // Tracing now; then kill -9 mid-trace.
   ::sleep(2);
-  (*bg)->signal(SIGKILL);
-  EXPECT_EQ((*bg)->wait(std::chrono::seconds(10)), 128 + SIGKILL);
+  bg->signal(SIGKILL);
+  EXPECT_EQ(bg->wait(std::chrono::seconds(10)), 128 + SIGKILL);
   EXPECT_EQ(trim_copy(run_command(virsh("domstate ") + kDomain, 20).output), "running");
   // The guest still runs: its clock advances and it answers commands.
   auto d = LibvirtDomain::open(kUri, kDomain);
@@ -268,10 +283,8 @@ TEST_F(LibvirtTest, NoticesLibvirtdGoingAway) {
   // with its bundle closed, and leave the guest running.
   std::string dir = "/tmp/kthost-lvtest-restart";
   run_command("rm -rf " + dir);
-  auto bg = Background::start({kthost_binary(), "trace", "--domain", kDomain, "-o", dir, "--pt", "none"},
-                              "/tmp/kthost-lvtest-restart.log");
-  ASSERT_TRUE(bg) << bg.error().message;
-  for (int i = 0; i < 120 && !read_file(dir + "/manifest.json"); ++i) ::usleep(250000);
+  auto bg = start_traced(dir, "/tmp/kthost-lvtest-restart.log");
+  ASSERT_NE(bg, nullptr);
   ::sleep(2);
   ASSERT_EQ(run_command("kill " + trim_copy(*pid) + " && while kill -0 " + trim_copy(*pid) +
                             " 2>/dev/null; do sleep 0.1; done",
@@ -281,10 +294,10 @@ TEST_F(LibvirtTest, NoticesLibvirtdGoingAway) {
   auto alive = d->check_alive();
   ASSERT_FALSE(alive.ok());
   EXPECT_TRUE(contains(alive.error().message, "libvirtd went away")) << alive.error().message;
-  int status = (*bg)->wait(std::chrono::seconds(30));
-  EXPECT_EQ(status, 1) << "kthost trace did not end cleanly when libvirtd went away:\n" << (*bg)->log();
+  int status = bg->wait(std::chrono::seconds(30));
+  EXPECT_EQ(status, 1) << "kthost trace did not end cleanly when libvirtd went away:\n" << bg->log();
   auto summary = read_file(dir + "/summary.json");
-  ASSERT_TRUE(summary) << (*bg)->log();
+  ASSERT_TRUE(summary) << bg->log();
   EXPECT_TRUE(contains(*summary, "libvirtd")) << *summary;
   auto manifest = read_file(dir + "/manifest.json");
   ASSERT_TRUE(manifest);
@@ -306,20 +319,16 @@ TEST_F(LibvirtTest, NoticesStoppedDomainAndTraceEndsCleanly) {
   run_command("rm -rf " + dir);
   auto d = LibvirtDomain::open(kUri, kDomain);
   ASSERT_TRUE(d) << d.error().message;
-  auto bg = Background::start({kthost_binary(), "trace", "--domain", kDomain, "-o", dir, "--pt", "none"}, "/tmp/kthost-lvtest-stop.log");
-  ASSERT_TRUE(bg) << bg.error().message;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!contains((*bg)->log(), "writing " + dir) && std::chrono::steady_clock::now() < deadline)
-    ::usleep(100000);
-  ASSERT_TRUE(contains((*bg)->log(), "writing " + dir)) << (*bg)->log();
+  auto bg = start_traced(dir, "/tmp/kthost-lvtest-stop.log");
+  ASSERT_NE(bg, nullptr);
   ::sleep(1);
   // The guest goes away under kthost (as a crash would end it).
   ASSERT_EQ(run_command(virsh("destroy ") + kDomain, 60).status, 0);
   LibvirtTest::current_config_.clear();
-  int status = (*bg)->wait(std::chrono::seconds(20));
-  EXPECT_NE(status, -1) << "kthost trace did not end after the domain stopped:\n" << (*bg)->log();
-  EXPECT_LT(status, 128) << "kthost trace died of a signal:\n" << (*bg)->log();
-  EXPECT_TRUE(read_file(dir + "/summary.json").ok()) << (*bg)->log();
+  int status = bg->wait(std::chrono::seconds(20));
+  EXPECT_NE(status, -1) << "kthost trace did not end after the domain stopped:\n" << bg->log();
+  EXPECT_LT(status, 128) << "kthost trace died of a signal:\n" << bg->log();
+  EXPECT_TRUE(read_file(dir + "/summary.json").ok()) << bg->log();
   // The guest went away: the liveness check or the channel's close says so.
   expect_bundle_reads_back(dir, {"guest:", "QEMU closed the channel"}, 0);
   auto alive = d->check_alive();
@@ -332,22 +341,17 @@ TEST_F(LibvirtTest, GuestPanicEndsTheTraceWithABundleThatReadsBack) {
   ASSERT_NO_FATAL_FAILURE(ensure_domain(""));
   std::string dir = "/tmp/kthost-lvtest-panic";
   run_command("rm -rf " + dir);
-  auto bg = Background::start({kthost_binary(), "trace", "--domain", kDomain, "-o", dir, "--pt", "none"},
-                              "/tmp/kthost-lvtest-panic.log");
-  ASSERT_TRUE(bg) << bg.error().message;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!contains((*bg)->log(), "writing " + dir) && std::chrono::steady_clock::now() < deadline)
-    ::usleep(100000);
-  ASSERT_TRUE(contains((*bg)->log(), "writing " + dir)) << (*bg)->log();
+  auto bg = start_traced(dir, "/tmp/kthost-lvtest-panic.log");
+  ASSERT_NE(bg, nullptr);
   ::sleep(2);
   // A real kernel panic: panic=-1 and no reboot end the domain.
   run_command("timeout 30 " + kthost_binary() + " exec --domain " + kDomain +
                   " --timeout 5 -- 'echo 1 > /proc/sys/kernel/sysrq; echo c > /proc/sysrq-trigger'",
               40);
   LibvirtTest::current_config_.clear();
-  int status = (*bg)->wait(std::chrono::seconds(60));
-  EXPECT_NE(status, -1) << "kthost trace did not end after the guest panicked:\n" << (*bg)->log();
-  EXPECT_LT(status, 128) << "kthost trace died of a signal:\n" << (*bg)->log();
+  int status = bg->wait(std::chrono::seconds(60));
+  EXPECT_NE(status, -1) << "kthost trace did not end after the guest panicked:\n" << bg->log();
+  EXPECT_LT(status, 128) << "kthost trace died of a signal:\n" << bg->log();
   expect_bundle_reads_back(dir, {"guest:", "QEMU closed the channel"}, 1);
   EXPECT_NE(trim_copy(run_command(virsh("domstate ") + kDomain, 20).output), "running");
   run_command("rm -rf " + dir);
