@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "classify.h"
+#include "kthost_shared.h"
 #include "pt_encoder.h"
 #include "qemu_plugin_api.h"
 
@@ -97,8 +98,13 @@ void write_all(Vcpu& v, int fd, const void* data, size_t size) {
   }
 }
 
+// OUT/cpuN.pt and its siblings (kthost_shared.h: the file protocol kthost reads).
+std::string output_path(unsigned index, const char* suffix) {
+  return g_config.out_dir + "/" KTHOST_PT_FILE_PREFIX + std::to_string(index) + suffix;
+}
+
 int open_output(unsigned index, const char* suffix) {
-  const std::string path = g_config.out_dir + "/cpu" + std::to_string(index) + suffix;
+  const std::string path = output_path(index, suffix);
   return open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 }
 
@@ -121,8 +127,8 @@ Vcpu* vcpu_state(unsigned index) {
   Vcpu& v = g_vcpus[index];
   if (!v.encoder) {
     v.encoder = std::make_unique<ktpt::VcpuEncoder>(g_config.options, host_tsc, nullptr);
-    v.pt_fd = open_output(index, ".pt");
-    if (g_config.ground_truth) v.gt_fd = open_output(index, ".gt");
+    v.pt_fd = open_output(index, KTHOST_PT_FILE_PACKETS);
+    if (g_config.ground_truth) v.gt_fd = open_output(index, KTHOST_PT_FILE_GROUND_TRUTH);
     v.write_failed = v.pt_fd < 0 || (g_config.ground_truth && v.gt_fd < 0);
     v.gt.reserve(kGtFlushEntries);
   }
@@ -244,12 +250,12 @@ void vcpu_idle(qemu_plugin_id_t, unsigned index) {
 }
 
 void write_stats(unsigned index, const Vcpu& v) {
-  const std::string path = g_config.out_dir + "/cpu" + std::to_string(index) + ".stats";
+  const std::string path = output_path(index, KTHOST_PT_FILE_STATS);
   FILE* f = std::fopen(path.c_str(), "w");
   if (!f) return;
   const ktpt::EncoderStats& s = v.encoder->stats();
   struct stat st {};
-  const std::string pt = g_config.out_dir + "/cpu" + std::to_string(index) + ".pt";
+  const std::string pt = output_path(index, KTHOST_PT_FILE_PACKETS);
   const long long pt_bytes = stat(pt.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : -1;
   std::fprintf(f,
                "pt_bytes=%lld\nkernel_blocks=%llu\nkernel_insns=%llu\ngt_entries=%llu\nevents=%llu\n"
@@ -303,7 +309,7 @@ bool trigger_on() {
 void poll_trigger() {
   while (!g_stop_poller.load()) {
     g_enabled.store(trigger_on(), std::memory_order_relaxed);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(KTHOST_PT_TRIGGER_POLL_MS));
   }
 }
 

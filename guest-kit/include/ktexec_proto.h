@@ -14,7 +14,9 @@
 
 #include <stdint.h>
 
-#define KTEXEC_PORT_NAME "org.kthost.exec"
+#include "kthost_shared.h"
+
+#define KTEXEC_PORT_NAME KTHOST_PORT_EXEC
 #define KTEXEC_REQUEST_MAGIC 0x3158544bu  /* "KTX1" */
 #define KTEXEC_RESPONSE_MAGIC 0x3152544bu /* "KTR1" */
 #define KTEXEC_MAX_COMMAND (64u * 1024u)

@@ -54,7 +54,7 @@ mkdir -p "$OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ktguard-build.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-cp "$HERE"/Kbuild "$HERE"/*.c "$HERE"/*.h "$WORK/"
+cp "$HERE"/Kbuild "$HERE"/*.c "$HERE"/*.h "$HERE"/../include/kthost_shared.h "$WORK/"
 say "building against $KDIR"
 make -s -C "$KDIR" M="$WORK" modules >&2 || die "module build failed"
 # Debug info is 3/4 of the file and the guest never needs it.

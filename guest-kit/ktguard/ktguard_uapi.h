@@ -17,6 +17,8 @@
 #ifndef KTGUARD_UAPI_H
 #define KTGUARD_UAPI_H
 
+#include "kthost_shared.h" /* guest-kit/include; build.sh copies it beside this file */
+
 #ifdef __KERNEL__
 #include <linux/types.h>
 #else
@@ -53,16 +55,18 @@ struct ktguard_ack {
 	__u32 reserved; /* write 0 */
 };
 
+/* What is being freed: the guard's share of kthost_shared.h's text kinds,
+ * which GUARD_NOTICE carries to the host unchanged. */
 enum ktguard_kind {
-	KTGUARD_KIND_BPF_PROG_PACK = 1,  /* a BPF JIT image (packed or large) */
-	KTGUARD_KIND_BPF_DISPATCHER = 2, /* the half of a dispatcher image about to be rewritten */
-	KTGUARD_KIND_BPF_EXEC = 3,       /* bpf_jit_free_exec: trampoline, struct_ops or unpacked JIT image */
-	KTGUARD_KIND_BPF_TRAMPOLINE = 4, /* a BPF trampoline image */
-	KTGUARD_KIND_MODULE_CORE = 5,    /* a module's core .text */
-	KTGUARD_KIND_MODULE_INIT = 6,    /* a module's init .text */
-	KTGUARD_KIND_FTRACE_TRAMPOLINE = 7,
-	KTGUARD_KIND_KPROBE_INSN = 8,    /* a kprobe/optprobe instruction page */
-	KTGUARD_KIND_MODULE_MEMFREE = 9, /* module_memfree from a caller not recognised above */
+	KTGUARD_KIND_BPF_PROG_PACK = KTHOST_TEXT_BPF_PROG_PACK,
+	KTGUARD_KIND_BPF_DISPATCHER = KTHOST_TEXT_BPF_DISPATCHER,
+	KTGUARD_KIND_BPF_EXEC = KTHOST_TEXT_BPF_EXEC,
+	KTGUARD_KIND_BPF_TRAMPOLINE = KTHOST_TEXT_BPF_TRAMPOLINE,
+	KTGUARD_KIND_MODULE_CORE = KTHOST_TEXT_MODULE_CORE,
+	KTGUARD_KIND_MODULE_INIT = KTHOST_TEXT_MODULE_INIT,
+	KTGUARD_KIND_FTRACE_TRAMPOLINE = KTHOST_TEXT_FTRACE_TRAMPOLINE,
+	KTGUARD_KIND_KPROBE_INSN = KTHOST_TEXT_KPROBE_INSN,
+	KTGUARD_KIND_MODULE_MEMFREE = KTHOST_TEXT_MODULE_MEMFREE,
 };
 
 #define KTGUARD_NOTICE_SIZE 48

@@ -158,7 +158,10 @@ void ktg_clock_check(void) {
   ktg_log("perf clock: cap_user_time_zero=%u time_zero=%llu mult=%u shift=%u", c.cap_user_time_zero,
           (unsigned long long)c.time_zero, c.time_mult, c.time_shift);
   /* HELLO carries the first value; only changes go out as CLOCK. */
-  if (!first) ktg_enqueue(KTG_LANE_LIVE, ktp_encode_clock(ktg_scratch(), KTP_MAX_FRAME, 0, ktg_perf_now(), &c));
+  if (!first) {
+    struct ktp_clock_change change = {ktg_perf_now(), c};
+    ktg_enqueue(KTG_LANE_LIVE, ktp_encode_clock(ktg_scratch(), KTP_MAX_FRAME, 0, &change));
+  }
 }
 
 long ktg_encode_hello(void) {

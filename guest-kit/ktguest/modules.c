@@ -157,7 +157,8 @@ static void forget(const char *name) {
 static void emit(uint8_t type, uint64_t time, const struct ktg_module *km) {
   struct ktp_module m = {time, {km->name, (uint16_t)strnlen(km->name, sizeof km->name)},
                          km->text_addr, km->text_size, km->core_addr, km->core_size};
-  ktg_enqueue(KTG_LANE_LIVE, ktp_encode_module(ktg_scratch(), KTP_MAX_FRAME, 0, type, &m));
+  ktg_enqueue(KTG_LANE_LIVE, type == KTP_MODULE_LOAD ? ktp_encode_module_load(ktg_scratch(), KTP_MAX_FRAME, 0, &m)
+                                                  : ktp_encode_module_unload(ktg_scratch(), KTP_MAX_FRAME, 0, &m));
 }
 
 static void loaded(uint64_t time, uint32_t cpu, const char *name) {

@@ -255,7 +255,7 @@ static void text_poke(uint64_t time, uint32_t cpu, uint64_t addr, const uint8_t 
   uint32_t total = old_len > new_len ? old_len : new_len;
   uint32_t off = 0;
   do {
-    struct ktp_text_poke m = {time, cpu, addr + off, 0, 0, old + off, new_bytes + off};
+    struct ktp_text_poke m = {time, cpu, addr + off, 0, old + off, 0, new_bytes + off};
     if (off < old_len) m.old_len = (uint16_t)(old_len - off > KTP_MAX_BLOB ? KTP_MAX_BLOB : old_len - off);
     if (off < new_len) m.new_len = (uint16_t)(new_len - off > KTP_MAX_BLOB ? KTP_MAX_BLOB : new_len - off);
     ktg_enqueue(KTG_LANE_LIVE, ktp_encode_text_poke(ktg_scratch(), KTP_MAX_FRAME, 0, &m));

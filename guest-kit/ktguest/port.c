@@ -24,8 +24,9 @@
 #include <unistd.h>
 
 #include "ktguest.h"
+#include "kthost_shared.h"
 
-#define PORT_NAME "org.kthost.0"
+#define PORT_NAME KTHOST_PORT_SIDEBAND
 #define ERROR_BACKOFF_MS 1000
 #define HOST_HELLO_WAIT_MS 3000
 

@@ -167,7 +167,7 @@ static uint32_t dump_bpf(void) {
     struct ktp_bpf_prog m = {info.id, info.type, {0}, {info.name, (uint16_t)strnlen(info.name, sizeof info.name)},
                              info.nr_jited_ksyms ? ksym : 0, info.jited_prog_len};
     memcpy(m.tag, info.tag, sizeof m.tag);
-    hold_frame(ktp_encode_bpf_prog(ktg_scratch(), KTP_MAX_FRAME, 0, &m));
+    hold_frame(ktp_encode_state_bpf(ktg_scratch(), KTP_MAX_FRAME, 0, &m));
     ++n;
   }
   return n;
@@ -182,12 +182,13 @@ static void finish(void) {
     const struct ktg_module *km = &mods[i];
     struct ktp_module m = {D.begin_time, {km->name, (uint16_t)strnlen(km->name, sizeof km->name)},
                            km->text_addr, km->text_size, km->core_addr, km->core_size};
-    hold_frame(ktp_encode_module(ktg_scratch(), KTP_MAX_FRAME, 0, KTP_STATE_MODULE, &m));
+    hold_frame(ktp_encode_state_module(ktg_scratch(), KTP_MAX_FRAME, 0, &m));
   }
   uint32_t nbpf = dump_bpf();
   struct ktp_cpus c = {ktg_perf_cpus(cpus, KTG_MAX_CPUS), cpus};
-  hold_frame(ktp_encode_cpus(ktg_scratch(), KTP_MAX_FRAME, 0, &c));
-  hold_frame(ktp_encode_state_end(ktg_scratch(), KTP_MAX_FRAME, 0, ktg_perf_now()));
+  hold_frame(ktp_encode_state_cpus(ktg_scratch(), KTP_MAX_FRAME, 0, &c));
+  struct ktp_state_end e = {ktg_perf_now()};
+  hold_frame(ktp_encode_state_end(ktg_scratch(), KTP_MAX_FRAME, 0, &e));
   /* Everything is held until here so that STATE_BEGIN, which goes first,
    * carries exact counts. */
   ktg_enqueue(KTG_LANE_DUMP, ktg_encode_hello());

@@ -25,6 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ktproto_schema.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -39,134 +41,51 @@ extern "C" {
 #define KTP_MAX_BATCH 1024u     /* symbols per STATE_SYMBOLS frame */
 #define KTP_MAX_CPUS 8192u
 
+/* Every message, struct and field below is expanded from the tables in
+ * ktproto_schema.h; this header only says how each kind of field looks in C. */
+#define KTP_ENUM_TYPE(NAME, num, fn, payload, sender) KTP_##NAME = num,
+#define KTP_COUNT_ONE(...) +1
 enum ktp_type {
-  KTP_HELLO = 1,         /* guest->host, first frame of every connection */
-  KTP_HELLO_ACK = 2,     /* host->guest */
-  KTP_STATE_BEGIN = 3,   /* guest->host: a state dump follows */
-  KTP_STATE_SYMBOLS = 4, /* a batch of kallsyms entries */
-  KTP_STATE_MODULE = 5,  /* one loaded module */
-  KTP_STATE_BPF = 6,     /* one loaded BPF program */
-  KTP_STATE_CPUS = 7,    /* online CPUs */
-  KTP_STATE_END = 8,
-  KTP_KSYMBOL = 9,       /* PERF_RECORD_KSYMBOL */
-  KTP_BPF_EVENT = 10,    /* PERF_RECORD_BPF_EVENT */
-  KTP_TEXT_POKE = 11,    /* PERF_RECORD_TEXT_POKE */
-  KTP_MODULE_LOAD = 12,
-  KTP_MODULE_UNLOAD = 13,
-  KTP_LOST = 14,         /* records lost, by kind and CPU */
-  KTP_GUARD_NOTICE = 15, /* guest->host: text [start,end) is about to be freed; guest holds */
-  KTP_GUARD_ACK = 16,    /* host->guest: saved (or not); guest may continue */
-  KTP_HEARTBEAT = 17,    /* guest->host, periodic, with counters */
-  KTP_CLOCK = 18,        /* guest->host: perf clock parameters changed */
-  KTP_ERROR = 19,        /* either way: a human-readable reason, then the sender closes */
-  KTP_HOST_HELLO = 20,   /* host->guest, first frame of every host connection: start over with
-                            HELLO and a state dump (a quick disconnect+reconnect may be invisible
-                            to the guest's port, so the host says so itself) */
-  KTP_TYPE_MAX = 20
+  KTP_MESSAGES(KTP_ENUM_TYPE)
+  KTP_TYPE_MAX = 0 KTP_MESSAGES(KTP_COUNT_ONE) /* numbers run 1..KTP_TYPE_MAX */
 };
 
-/* Guest time: perf clock (ns) plus what turns it into guest TSC. When
- * cap_user_time_zero is 1: tsc = ((time - time_zero) << time_shift) / time_mult,
- * computed as perf documents (quot/rem split to avoid overflow). */
-struct ktp_clock {
-  uint64_t time_zero;
-  uint32_t time_mult;
-  uint16_t time_shift;
-  uint8_t cap_user_time_zero;
-};
+/* Who may send a message (ktp_type_sender). */
+enum ktp_sender { KTP_SENDER_GUEST = 1, KTP_SENDER_HOST = 2, KTP_SENDER_EITHER = 3 };
 
 struct ktp_str {
   const char* data; /* points into the frame (decode) or caller memory (encode) */
   uint16_t len;
 };
 
-struct ktp_hello {
-  uint16_t proto_minor;
-  uint32_t cpu_count;
-  uint64_t boot_time_ns; /* perf clock at hello */
-  uint64_t session;      /* random per ktguest start: the host sees a restart */
-  struct ktp_clock clock;
-  struct ktp_str release;  /* uname -r */
-  struct ktp_str build_id; /* hex of the kernel's GNU build id, or empty */
-};
+#define KTP_DECL_U8(n, a) uint8_t n;
+#define KTP_DECL_U16(n, a) uint16_t n;
+#define KTP_DECL_U32(n, a) uint32_t n;
+#define KTP_DECL_U64(n, a) uint64_t n;
+#define KTP_DECL_STR(n, a) struct ktp_str n;
+#define KTP_DECL_TAG(n, a) uint8_t n[8];
+#define KTP_DECL_BLOB(n, a) \
+  uint16_t n##_len;         \
+  const uint8_t* n##_bytes; /* into the frame (decode) or caller memory (encode) */
+#define KTP_DECL_CLOCK(n, a) struct ktp_clock n;
+#define KTP_DECL_SYMBOLS(n, a) \
+  uint32_t count;              \
+  struct ktp_symbol* n; /* encode: input; decode: storage for a entries */
+#define KTP_DECL_U32S(n, a) \
+  uint32_t count;           \
+  uint32_t* n; /* encode: input; decode: storage for a entries */
+#define KTP_DECL_FIELD(kind, n, a) KTP_DECL_##kind(n, a)
+#define KTP_DECL_RECORD(r) struct ktp_##r { KTP_RECORD_##r(KTP_DECL_FIELD) };
+#define KTP_DECL_PAYLOAD(p) struct ktp_##p { KTP_PAYLOAD_##p(KTP_DECL_FIELD) };
+KTP_RECORDS(KTP_DECL_RECORD)
+KTP_PAYLOADS(KTP_DECL_PAYLOAD)
 
-struct ktp_hello_ack {
-  uint16_t proto_minor;
-  uint32_t flags; /* KTP_ACK_* */
-};
-#define KTP_ACK_GUARD_ENABLED 1u /* host will answer GUARD_NOTICE */
+#define KTP_ACK_GUARD_ENABLED 1u /* HELLO_ACK flags: host will answer GUARD_NOTICE */
 
 enum ktp_state_reason { KTP_STATE_START = 1, KTP_STATE_RECONNECT = 2 };
-struct ktp_state_begin {
-  uint64_t time;
-  uint32_t reason; /* enum ktp_state_reason */
-  uint32_t symbols; /* how many STATE_SYMBOLS entries follow in all */
-  uint32_t modules;
-  uint32_t bpf_progs;
-};
 
-struct ktp_symbol {
-  uint64_t addr;
-  uint8_t type; /* kallsyms letter */
-  struct ktp_str name;
-  struct ktp_str module; /* "" for vmlinux, "bpf" for BPF */
-};
-struct ktp_state_symbols {
-  uint32_t count; /* <= KTP_MAX_BATCH */
-  struct ktp_symbol* symbols; /* encode: input array; decode: caller-provided array of KTP_MAX_BATCH */
-};
-
-struct ktp_module {
-  uint64_t time;
-  struct ktp_str name;
-  uint64_t text_addr; /* /sys/module/NAME/sections/.text */
-  uint64_t text_size; /* executable bytes from text_addr; 0 when unknown */
-  uint64_t core_addr; /* /proc/modules address */
-  uint64_t core_size; /* /proc/modules size */
-};
-
-struct ktp_bpf_prog {
-  uint32_t id;
-  uint32_t prog_type;
-  uint8_t tag[8];
-  struct ktp_str name;
-  uint64_t jited_addr;
-  uint32_t jited_len;
-};
-
-struct ktp_cpus {
-  uint32_t count; /* <= KTP_MAX_CPUS */
-  uint32_t* cpus; /* encode: input; decode: caller array of KTP_MAX_CPUS */
-};
-
-struct ktp_ksymbol {
-  uint64_t time;
-  uint32_t cpu;
-  uint64_t addr;
-  uint32_t len;
-  uint16_t ksym_type; /* PERF_RECORD_KSYMBOL_TYPE_* */
-  uint16_t flags;     /* PERF_RECORD_KSYMBOL_FLAGS_UNREGISTER = 1 */
-  struct ktp_str name;
-};
-
-struct ktp_bpf_event {
-  uint64_t time;
-  uint32_t cpu;
-  uint16_t type;  /* PERF_BPF_EVENT_PROG_LOAD = 1, PROG_UNLOAD = 2 */
-  uint16_t flags;
-  uint32_t id;
-  uint8_t tag[8];
-};
-
-struct ktp_text_poke {
-  uint64_t time;
-  uint32_t cpu;
-  uint64_t addr;
-  uint16_t old_len;
-  uint16_t new_len;
-  const uint8_t* old_bytes;
-  const uint8_t* new_bytes;
-};
+/* GUARD_ACK status. */
+enum ktp_hold_status { KTP_HOLD_SAVED = 0, KTP_HOLD_NOT_SAVED = 1 };
 
 enum ktp_lost_kind {
   KTP_LOST_PERF_RING = 1,   /* PERF_RECORD_LOST in a perf ring: count = records */
@@ -179,40 +98,6 @@ enum ktp_lost_kind {
  * session: count is then ktguard's total since it was loaded, not new losses
  * (frames of an earlier session may have died with that host). */
 #define KTP_LOST_TOTAL_SINCE_LOAD 0xFFFFFFFFu
-struct ktp_lost {
-  uint64_t time;
-  uint32_t cpu;  /* UINT32_MAX when not per CPU */
-  uint32_t kind; /* enum ktp_lost_kind */
-  uint32_t record_type; /* for PERF_RING: 0 (unknown); for QUEUE: the ktp_type dropped, 0 = mixed */
-  uint64_t count;
-};
-
-struct ktp_guard_notice {
-  uint64_t time;
-  uint32_t cpu;
-  uint64_t id;
-  uint64_t start, end;
-  uint32_t kind; /* what is freed: ktguard's enum ktguard_kind (1..9) */
-  uint64_t ack_addr; /* guest-physical u64 the host may set to id (0: none) */
-};
-
-struct ktp_guard_ack {
-  uint64_t id;
-  uint32_t status; /* 0 saved, 1 could not save */
-};
-
-struct ktp_heartbeat {
-  uint64_t time;
-  uint64_t frames_sent;
-  uint64_t perf_records;  /* records read from perf rings */
-  uint64_t text_pokes;    /* TEXT_POKE records read */
-  uint64_t lost_records;  /* PERF_RECORD_LOST totals */
-  uint64_t queue_dropped; /* frames dropped from ktguest's queue */
-};
-
-struct ktp_error {
-  struct ktp_str message;
-};
 
 /* A decoded frame header plus a view of its payload. */
 struct ktp_frame {
@@ -256,56 +141,71 @@ int ktp_decode_frame(const uint8_t* buf, size_t len, struct ktp_frame* frame, si
  * at the end returns its offset). */
 size_t ktp_find_magic(const uint8_t* buf, size_t len);
 
-/* Payload parsers: each checks every length and that the payload is exactly
- * consumed. Strings and byte arrays point into the frame. Errors: TYPE (the
- * frame is not of a type this parser accepts), TRUNCATED, TRAILING, BOUNDS.
- * The output is written only on KTP_OK, except the caller's symbols/cpus
- * array, whose slots may be overwritten before an error is found. */
-int ktp_parse_hello(const struct ktp_frame* f, struct ktp_hello* out);
-int ktp_parse_hello_ack(const struct ktp_frame* f, struct ktp_hello_ack* out);
-int ktp_parse_host_hello(const struct ktp_frame* f, struct ktp_hello_ack* out); /* same payload as HELLO_ACK */
-int ktp_parse_state_begin(const struct ktp_frame* f, struct ktp_state_begin* out);
-int ktp_parse_state_symbols(const struct ktp_frame* f, struct ktp_state_symbols* out); /* out->symbols: KTP_MAX_BATCH slots */
-int ktp_parse_module(const struct ktp_frame* f, struct ktp_module* out); /* STATE_MODULE, MODULE_LOAD, MODULE_UNLOAD */
-int ktp_parse_bpf_prog(const struct ktp_frame* f, struct ktp_bpf_prog* out);
-int ktp_parse_cpus(const struct ktp_frame* f, struct ktp_cpus* out); /* out->cpus: KTP_MAX_CPUS slots */
-int ktp_parse_state_end(const struct ktp_frame* f, uint64_t* time);
-int ktp_parse_ksymbol(const struct ktp_frame* f, struct ktp_ksymbol* out);
-int ktp_parse_bpf_event(const struct ktp_frame* f, struct ktp_bpf_event* out);
-int ktp_parse_text_poke(const struct ktp_frame* f, struct ktp_text_poke* out);
-int ktp_parse_lost(const struct ktp_frame* f, struct ktp_lost* out);
-int ktp_parse_guard_notice(const struct ktp_frame* f, struct ktp_guard_notice* out);
-int ktp_parse_guard_ack(const struct ktp_frame* f, struct ktp_guard_ack* out);
-int ktp_parse_heartbeat(const struct ktp_frame* f, struct ktp_heartbeat* out);
-int ktp_parse_clock(const struct ktp_frame* f, uint64_t* time, struct ktp_clock* out);
-int ktp_parse_error(const struct ktp_frame* f, struct ktp_error* out);
-
-/* Encoders: write a whole frame (header + payload) into buf[0..cap) and
- * return its size, or a negative status: KTP_ERR_BOUNDS when an input
+/* Per message, generated from KTP_MESSAGES: for message NAME with function
+ * name fn and payload p,
+ *   int  ktp_parse_fn(const struct ktp_frame* f, struct ktp_p* out);
+ *   long ktp_encode_fn(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_p* m);
+ * for example ktp_parse_hello, ktp_encode_state_module, ktp_encode_clock.
+ *
+ * Parsers check every length and that the payload is exactly consumed.
+ * Strings and byte arrays point into the frame. Errors: TYPE (the frame is not
+ * that message), TRUNCATED, TRAILING, BOUNDS. The output is written only on
+ * KTP_OK, except the array a SYMBOLS or U32S field points to (the caller
+ * provides it, with room for the field's limit), whose slots may be
+ * overwritten before an error is found.
+ *
+ * Encoders write a whole frame (header + payload) into buf[0..cap) and return
+ * its size, or a negative status: KTP_ERR_BOUNDS when an input
  * string/blob/array is over its limit; KTP_ERR_LENGTH when the payload would
  * exceed KTP_MAX_PAYLOAD (a STATE_SYMBOLS batch of long names can: send
  * smaller batches); KTP_ERR_SPACE when cap is too small (KTP_MAX_FRAME always
- * suffices); KTP_ERR_TYPE when ktp_encode_module's `type` is not
- * KTP_STATE_MODULE, KTP_MODULE_LOAD or KTP_MODULE_UNLOAD. On error buf may
- * have been partly written. */
-long ktp_encode_hello(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_hello* m);
-long ktp_encode_hello_ack(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_hello_ack* m);
-long ktp_encode_host_hello(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_hello_ack* m);
-long ktp_encode_state_begin(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_state_begin* m);
-long ktp_encode_state_symbols(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_state_symbols* m);
-long ktp_encode_module(uint8_t* buf, size_t cap, uint64_t seq, uint8_t type, const struct ktp_module* m);
-long ktp_encode_bpf_prog(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_bpf_prog* m);
-long ktp_encode_cpus(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_cpus* m);
-long ktp_encode_state_end(uint8_t* buf, size_t cap, uint64_t seq, uint64_t time);
-long ktp_encode_ksymbol(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_ksymbol* m);
-long ktp_encode_bpf_event(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_bpf_event* m);
-long ktp_encode_text_poke(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_text_poke* m);
-long ktp_encode_lost(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_lost* m);
-long ktp_encode_guard_notice(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_guard_notice* m);
-long ktp_encode_guard_ack(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_guard_ack* m);
-long ktp_encode_heartbeat(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_heartbeat* m);
-long ktp_encode_clock(uint8_t* buf, size_t cap, uint64_t seq, uint64_t time, const struct ktp_clock* m);
-long ktp_encode_error(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_error* m);
+ * suffices). On error buf may have been partly written. */
+#define KTP_DECL_MESSAGE_API(NAME, num, fn, p, sender)                  \
+  int ktp_parse_##fn(const struct ktp_frame* f, struct ktp_##p* out); \
+  long ktp_encode_##fn(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_##p* m);
+KTP_MESSAGES(KTP_DECL_MESSAGE_API)
+
+/* Any message: its type and its payload (the union member named after it). */
+#define KTP_UNION_MEMBER(p) struct ktp_##p p;
+struct ktp_message {
+  uint8_t type;
+  union {
+    KTP_PAYLOADS(KTP_UNION_MEMBER)
+  } u;
+};
+/* Room for the arrays a parsed message points to (about 80 KiB). */
+#define KTP_STORE_U8(n, a)
+#define KTP_STORE_U16(n, a)
+#define KTP_STORE_U32(n, a)
+#define KTP_STORE_U64(n, a)
+#define KTP_STORE_STR(n, a)
+#define KTP_STORE_TAG(n, a)
+#define KTP_STORE_BLOB(n, a)
+#define KTP_STORE_CLOCK(n, a)
+#define KTP_STORE_SYMBOLS(n, a) struct ktp_symbol n[a];
+#define KTP_STORE_U32S(n, a) uint32_t n[a];
+#define KTP_STORE_FIELD(kind, n, a) KTP_STORE_##kind(n, a)
+#define KTP_STORE_PAYLOAD(p) KTP_PAYLOAD_##p(KTP_STORE_FIELD)
+struct ktp_message_storage {
+  KTP_PAYLOADS(KTP_STORE_PAYLOAD)
+};
+
+/* Parses a frame of any known type into *out (arrays into *storage).
+ * Errors as the per-message parsers; TYPE for a type no message has. */
+int ktp_parse_message(const struct ktp_frame* f, struct ktp_message* out, struct ktp_message_storage* storage);
+/* Encodes out->type's payload from the matching union member. */
+long ktp_encode_message(uint8_t* buf, size_t cap, uint64_t seq, const struct ktp_message* m);
+
+/* The message's name ("HELLO"), or NULL for an unknown type. */
+const char* ktp_type_name(unsigned type);
+/* enum ktp_sender, or 0 for an unknown type. */
+int ktp_type_sender(unsigned type);
+
+/* Calls fn once for every byte range a parsed message points to (its strings
+ * and blobs, those of its array entries too), so a caller can check that they
+ * lie inside the frame. */
+typedef void (*ktp_view_fn)(void* ctx, const void* data, size_t len);
+void ktp_message_views(const struct ktp_message* m, ktp_view_fn fn, void* ctx);
 
 #ifdef __cplusplus
 }

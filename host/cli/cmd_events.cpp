@@ -13,6 +13,7 @@
 #include "kthost/sideband/channel.h"
 #include "kthost/sideband/event_log.h"
 #include "kthost/vm/vm_description.h"
+#include "kthost_shared.h"
 
 namespace kt::cli {
 namespace {
@@ -67,7 +68,7 @@ int run(const std::vector<std::string>& args) {
   if (!target) return fail(kName, target.error());
   const VmDescription* vm = &target->vm;
   if (vm->channel.empty())
-    return fail(kName, Error(ErrorCode::Unsupported, target->label + " has no org.kthost.0 channel"));
+    return fail(kName, Error(ErrorCode::Unsupported, target->label + " has no " KTHOST_PORT_SIDEBAND " channel"));
   double duration = 0;
   if (auto d = opt.get("duration")) duration = std::atof(d->c_str());
   uint64_t max_events = 0;

@@ -8,6 +8,7 @@
 #include "target.h"
 #include "kthost/vm/guest_exec.h"
 #include "kthost/vm/vm_description.h"
+#include "kthost_shared.h"
 
 namespace kt::cli {
 namespace {
@@ -37,7 +38,7 @@ int run_exec(const std::vector<std::string>& args) {
   if (!target) return fail("exec", target.error());
   const VmDescription* vm = &target->vm;
   if (vm->exec_channel.empty())
-    return fail("exec", Error(ErrorCode::Unsupported, target->label + " has no exec_channel (org.kthost.exec)"));
+    return fail("exec", Error(ErrorCode::Unsupported, target->label + " has no exec channel (" KTHOST_PORT_EXEC ")"));
 
   std::string command;
   for (const auto& word : opts.rest()) command += (command.empty() ? "" : " ") + word;

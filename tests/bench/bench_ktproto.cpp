@@ -57,7 +57,7 @@ Stream build_stream() {
       }
       default: {
         std::memcpy(call5 + 1, &i, 4);
-        const ktp_text_poke m{time, cpu, 0xffffffff81000000ULL + (i % 65536) * 16, 5, 5, nop5, call5};
+        const ktp_text_poke m{time, cpu, 0xffffffff81000000ULL + (i % 65536) * 16, 5, nop5, 5, call5};
         n = ktp_encode_text_poke(out, cap, i, &m);
         break;
       }

@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 
 #include "ktproto.h"
 
@@ -18,22 +17,34 @@ namespace {
     if (!(cond)) __builtin_trap(); \
   } while (0)
 
-ktp_symbol g_symbols[KTP_MAX_BATCH];
-uint32_t g_cpus[KTP_MAX_CPUS];
+ktp_message g_message;
+ktp_message_storage g_storage;
 uint8_t g_out[KTP_MAX_FRAME];
 
-void check_inside(const ktp_frame& f, const void* p, size_t n) {
+struct Views {
+  const ktp_frame* frame;
+};
+
+// Every string and blob of a parsed message lies inside its frame's payload.
+void check_view(void* ctx, const void* p, size_t n) {
+  const ktp_frame& f = *static_cast<Views*>(ctx)->frame;
   const auto* b = static_cast<const uint8_t*>(p);
+  CHECK(n <= KTP_MAX_STRING);
   if (n == 0) return;
   CHECK(b >= f.payload && b + n <= f.payload + f.length);
 }
-void check_str(const ktp_frame& f, ktp_str s) {
-  CHECK(s.len <= KTP_MAX_STRING);
-  check_inside(f, s.data, s.len);
-}
 
-// encode(parse(frame)) must give back the same type, seq and payload.
-void check_reencoded(const ktp_frame& f, long n) {
+// Driven by the schema: the generic parser, view walker and encoder cover
+// every message in ktproto_schema.h, so a new message needs no change here.
+void parse_one(const ktp_frame& f) {
+  CHECK(ktp_type_name(f.type) != nullptr);  // decode_frame promised a known type
+  if (ktp_parse_message(&f, &g_message, &g_storage) != KTP_OK) return;
+  CHECK(g_message.type == f.type);
+  Views views{&f};
+  ktp_message_views(&g_message, check_view, &views);
+  // encode(parse(frame)) gives back the same type, seq and payload: the
+  // encoding has exactly one form per message.
+  const long n = ktp_encode_message(g_out, sizeof g_out, f.seq, &g_message);
   CHECK(n >= static_cast<long>(KTP_HEADER_SIZE));
   ktp_frame again{};
   size_t consumed = 0;
@@ -41,125 +52,6 @@ void check_reencoded(const ktp_frame& f, long n) {
   CHECK(consumed == static_cast<size_t>(n));
   CHECK(again.type == f.type && again.seq == f.seq && again.length == f.length);
   CHECK(std::memcmp(again.payload, f.payload, f.length) == 0);
-}
-
-void parse_one(const ktp_frame& f) {
-  const size_t cap = sizeof g_out;
-  switch (f.type) {
-    case KTP_HELLO: {
-      ktp_hello m{};
-      if (ktp_parse_hello(&f, &m) != KTP_OK) return;
-      check_str(f, m.release);
-      check_str(f, m.build_id);
-      check_reencoded(f, ktp_encode_hello(g_out, cap, f.seq, &m));
-      return;
-    }
-    case KTP_HELLO_ACK: {
-      ktp_hello_ack m{};
-      if (ktp_parse_hello_ack(&f, &m) == KTP_OK) check_reencoded(f, ktp_encode_hello_ack(g_out, cap, f.seq, &m));
-      return;
-    }
-    case KTP_STATE_BEGIN: {
-      ktp_state_begin m{};
-      if (ktp_parse_state_begin(&f, &m) == KTP_OK) check_reencoded(f, ktp_encode_state_begin(g_out, cap, f.seq, &m));
-      return;
-    }
-    case KTP_STATE_SYMBOLS: {
-      ktp_state_symbols m{0, g_symbols};
-      if (ktp_parse_state_symbols(&f, &m) != KTP_OK) return;
-      CHECK(m.count <= KTP_MAX_BATCH);
-      for (uint32_t i = 0; i < m.count; i++) {
-        check_str(f, m.symbols[i].name);
-        check_str(f, m.symbols[i].module);
-      }
-      check_reencoded(f, ktp_encode_state_symbols(g_out, cap, f.seq, &m));
-      return;
-    }
-    case KTP_STATE_MODULE:
-    case KTP_MODULE_LOAD:
-    case KTP_MODULE_UNLOAD: {
-      ktp_module m{};
-      if (ktp_parse_module(&f, &m) != KTP_OK) return;
-      check_str(f, m.name);
-      check_reencoded(f, ktp_encode_module(g_out, cap, f.seq, f.type, &m));
-      return;
-    }
-    case KTP_STATE_BPF: {
-      ktp_bpf_prog m{};
-      if (ktp_parse_bpf_prog(&f, &m) != KTP_OK) return;
-      check_str(f, m.name);
-      check_reencoded(f, ktp_encode_bpf_prog(g_out, cap, f.seq, &m));
-      return;
-    }
-    case KTP_STATE_CPUS: {
-      ktp_cpus m{0, g_cpus};
-      if (ktp_parse_cpus(&f, &m) != KTP_OK) return;
-      CHECK(m.count <= KTP_MAX_CPUS);
-      check_reencoded(f, ktp_encode_cpus(g_out, cap, f.seq, &m));
-      return;
-    }
-    case KTP_STATE_END: {
-      uint64_t time = 0;
-      if (ktp_parse_state_end(&f, &time) == KTP_OK) check_reencoded(f, ktp_encode_state_end(g_out, cap, f.seq, time));
-      return;
-    }
-    case KTP_KSYMBOL: {
-      ktp_ksymbol m{};
-      if (ktp_parse_ksymbol(&f, &m) != KTP_OK) return;
-      check_str(f, m.name);
-      check_reencoded(f, ktp_encode_ksymbol(g_out, cap, f.seq, &m));
-      return;
-    }
-    case KTP_BPF_EVENT: {
-      ktp_bpf_event m{};
-      if (ktp_parse_bpf_event(&f, &m) == KTP_OK) check_reencoded(f, ktp_encode_bpf_event(g_out, cap, f.seq, &m));
-      return;
-    }
-    case KTP_TEXT_POKE: {
-      ktp_text_poke m{};
-      if (ktp_parse_text_poke(&f, &m) != KTP_OK) return;
-      CHECK(m.old_len <= KTP_MAX_BLOB && m.new_len <= KTP_MAX_BLOB);
-      check_inside(f, m.old_bytes, m.old_len);
-      check_inside(f, m.new_bytes, m.new_len);
-      check_reencoded(f, ktp_encode_text_poke(g_out, cap, f.seq, &m));
-      return;
-    }
-    case KTP_LOST: {
-      ktp_lost m{};
-      if (ktp_parse_lost(&f, &m) == KTP_OK) check_reencoded(f, ktp_encode_lost(g_out, cap, f.seq, &m));
-      return;
-    }
-    case KTP_GUARD_NOTICE: {
-      ktp_guard_notice m{};
-      if (ktp_parse_guard_notice(&f, &m) == KTP_OK) check_reencoded(f, ktp_encode_guard_notice(g_out, cap, f.seq, &m));
-      return;
-    }
-    case KTP_GUARD_ACK: {
-      ktp_guard_ack m{};
-      if (ktp_parse_guard_ack(&f, &m) == KTP_OK) check_reencoded(f, ktp_encode_guard_ack(g_out, cap, f.seq, &m));
-      return;
-    }
-    case KTP_HEARTBEAT: {
-      ktp_heartbeat m{};
-      if (ktp_parse_heartbeat(&f, &m) == KTP_OK) check_reencoded(f, ktp_encode_heartbeat(g_out, cap, f.seq, &m));
-      return;
-    }
-    case KTP_CLOCK: {
-      uint64_t time = 0;
-      ktp_clock m{};
-      if (ktp_parse_clock(&f, &time, &m) == KTP_OK) check_reencoded(f, ktp_encode_clock(g_out, cap, f.seq, time, &m));
-      return;
-    }
-    case KTP_ERROR: {
-      ktp_error m{};
-      if (ktp_parse_error(&f, &m) != KTP_OK) return;
-      check_str(f, m.message);
-      check_reencoded(f, ktp_encode_error(g_out, cap, f.seq, &m));
-      return;
-    }
-    default:
-      CHECK(false);  // decode_frame promised a known type
-  }
 }
 
 }  // namespace

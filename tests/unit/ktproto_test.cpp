@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -158,11 +159,12 @@ TEST(KtprotoRoundTrip, HelloAckStateBeginStateEnd) {
   EXPECT_EQ(sb_out.modules, sb.modules);
   EXPECT_EQ(sb_out.bpf_progs, sb.bpf_progs);
 
-  const Bytes e = encode([&](uint8_t* p, size_t c) { return ktp_encode_state_end(p, c, 3, 0x123456789ULL); });
-  uint64_t end_time = 0;
+  const ktp_state_end end{0x123456789ULL};
+  const Bytes e = encode([&](uint8_t* p, size_t c) { return ktp_encode_state_end(p, c, 3, &end); });
+  ktp_state_end end_out{};
   const ktp_frame fe = decode_ok(e);
-  ASSERT_EQ(ktp_parse_state_end(&fe, &end_time), KTP_OK);
-  EXPECT_EQ(end_time, 0x123456789ULL);
+  ASSERT_EQ(ktp_parse_state_end(&fe, &end_out), KTP_OK);
+  EXPECT_EQ(end_out.time, 0x123456789ULL);
 }
 
 TEST(KtprotoRoundTrip, StateSymbols) {
@@ -187,11 +189,17 @@ TEST(KtprotoRoundTrip, StateSymbols) {
 TEST(KtprotoRoundTrip, ModuleInAllThreeTypes) {
   const ktp_module in{77, str("kvm_intel"), 0xffffffffc0400000ULL, 0x5a000, 0xffffffffc03f0000ULL, 0x80000};
   for (uint8_t type : {uint8_t{KTP_STATE_MODULE}, uint8_t{KTP_MODULE_LOAD}, uint8_t{KTP_MODULE_UNLOAD}}) {
-    const Bytes b = encode([&](uint8_t* p, size_t c) { return ktp_encode_module(p, c, 5, type, &in); });
+    ktp_message msg{};
+    msg.type = type;
+    msg.u.module = in;
+    const Bytes b = encode([&](uint8_t* p, size_t c) { return ktp_encode_message(p, c, 5, &msg); });
     const ktp_frame f = decode_ok(b);
     EXPECT_EQ(f.type, type);
-    ktp_module out{};
-    ASSERT_EQ(ktp_parse_module(&f, &out), KTP_OK);
+    ktp_message parsed{};
+    auto storage = std::make_unique<ktp_message_storage>();
+    ASSERT_EQ(ktp_parse_message(&f, &parsed, storage.get()), KTP_OK);
+    EXPECT_EQ(parsed.type, type);
+    const ktp_module& out = parsed.u.module;
     EXPECT_EQ(out.time, in.time);
     EXPECT_EQ(view(out.name), "kvm_intel");
     EXPECT_EQ(out.text_addr, in.text_addr);
@@ -199,16 +207,24 @@ TEST(KtprotoRoundTrip, ModuleInAllThreeTypes) {
     EXPECT_EQ(out.core_addr, in.core_addr);
     EXPECT_EQ(out.core_size, in.core_size);
   }
+  // Each message's parser takes that message only.
+  const Bytes load = encode([&](uint8_t* p, size_t c) { return ktp_encode_module_load(p, c, 0, &in); });
+  const ktp_frame fl = decode_ok(load);
+  ktp_module out{};
+  EXPECT_EQ(ktp_parse_module_unload(&fl, &out), KTP_ERR_TYPE);
+  EXPECT_EQ(ktp_parse_module_load(&fl, &out), KTP_OK);
+  ktp_message unknown{};
+  unknown.type = 0;
   uint8_t buf[256];
-  EXPECT_EQ(ktp_encode_module(buf, sizeof buf, 0, KTP_KSYMBOL, &in), KTP_ERR_TYPE);
+  EXPECT_EQ(ktp_encode_message(buf, sizeof buf, 0, &unknown), KTP_ERR_TYPE);
 }
 
 TEST(KtprotoRoundTrip, BpfProgAndCpus) {
   const ktp_bpf_prog in{42, 26, {1, 2, 3, 4, 5, 6, 7, 0xff}, str("sd_fw_ingress"), 0xffffffffa0001000ULL, 1234};
-  const Bytes b = encode([&](uint8_t* p, size_t c) { return ktp_encode_bpf_prog(p, c, 6, &in); });
+  const Bytes b = encode([&](uint8_t* p, size_t c) { return ktp_encode_state_bpf(p, c, 6, &in); });
   const ktp_frame f = decode_ok(b);
   ktp_bpf_prog out{};
-  ASSERT_EQ(ktp_parse_bpf_prog(&f, &out), KTP_OK);
+  ASSERT_EQ(ktp_parse_state_bpf(&f, &out), KTP_OK);
   EXPECT_EQ(out.id, 42u);
   EXPECT_EQ(out.prog_type, 26u);
   EXPECT_EQ(std::memcmp(out.tag, in.tag, 8), 0);
@@ -219,11 +235,11 @@ TEST(KtprotoRoundTrip, BpfProgAndCpus) {
   std::vector<uint32_t> cpus(KTP_MAX_CPUS);
   for (uint32_t i = 0; i < KTP_MAX_CPUS; i++) cpus[i] = i * 3 + 1;
   const ktp_cpus all{KTP_MAX_CPUS, cpus.data()};
-  const Bytes c = encode([&](uint8_t* p, size_t cap) { return ktp_encode_cpus(p, cap, 7, &all); });
+  const Bytes c = encode([&](uint8_t* p, size_t cap) { return ktp_encode_state_cpus(p, cap, 7, &all); });
   std::vector<uint32_t> slots(KTP_MAX_CPUS);
   ktp_cpus cpus_out{0, slots.data()};
   const ktp_frame fc = decode_ok(c);
-  ASSERT_EQ(ktp_parse_cpus(&fc, &cpus_out), KTP_OK);
+  ASSERT_EQ(ktp_parse_state_cpus(&fc, &cpus_out), KTP_OK);
   EXPECT_EQ(cpus_out.count, KTP_MAX_CPUS);
   EXPECT_EQ(slots, cpus);
 }
@@ -256,7 +272,7 @@ TEST(KtprotoRoundTrip, LiveEvents) {
 
   const uint8_t old_bytes[5] = {0x0f, 0x1f, 0x44, 0x00, 0x00};
   const uint8_t new_bytes[5] = {0xe8, 0x10, 0x20, 0x30, 0x40};
-  const ktp_text_poke tp{102, 5, 0xffffffff81234567ULL, 5, 5, old_bytes, new_bytes};
+  const ktp_text_poke tp{102, 5, 0xffffffff81234567ULL, 5, old_bytes, 5, new_bytes};
   const Bytes b3 = encode([&](uint8_t* p, size_t c) { return ktp_encode_text_poke(p, c, 10, &tp); });
   const ktp_frame f3 = decode_ok(b3);
   ktp_text_poke tp_out{};
@@ -315,13 +331,13 @@ TEST(KtprotoRoundTrip, GuardHeartbeatClockError) {
   EXPECT_EQ(hb_out.lost_records, 4u);
   EXPECT_EQ(hb_out.queue_dropped, 5u);
 
-  const ktp_clock ck{0xabcdef, 123456789, 10, 0};
-  const Bytes b4 = encode([&](uint8_t* p, size_t c) { return ktp_encode_clock(p, c, 15, 106, &ck); });
+  const ktp_clock_change ck_in{106, {0xabcdef, 123456789, 10, 0}};
+  const Bytes b4 = encode([&](uint8_t* p, size_t c) { return ktp_encode_clock(p, c, 15, &ck_in); });
   const ktp_frame f4 = decode_ok(b4);
-  ktp_clock ck_out{};
-  uint64_t ck_time = 0;
-  ASSERT_EQ(ktp_parse_clock(&f4, &ck_time, &ck_out), KTP_OK);
-  EXPECT_EQ(ck_time, 106u);
+  ktp_clock_change change{};
+  ASSERT_EQ(ktp_parse_clock(&f4, &change), KTP_OK);
+  EXPECT_EQ(change.time, 106u);
+  const ktp_clock& ck_out = change.clock;
   EXPECT_EQ(ck_out.time_zero, 0xabcdefu);
   EXPECT_EQ(ck_out.time_mult, 123456789u);
   EXPECT_EQ(ck_out.time_shift, 10);

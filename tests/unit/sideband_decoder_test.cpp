@@ -27,7 +27,7 @@ class FrameWriter {
   }
   void poke(uint64_t addr, uint64_t time = 5000) {
     uint8_t old_bytes[5] = {0x0f, 0x1f, 0x44, 0x00, 0x00}, new_bytes[5] = {0xe9, 1, 2, 3, 4};
-    ktp_text_poke p{time, 1, addr, 5, 5, old_bytes, new_bytes};
+    ktp_text_poke p{time, 1, addr, 5, old_bytes, 5, new_bytes};
     put(ktp_encode_text_poke(buf_, sizeof buf_, seq++, &p));
   }
   void lost(uint64_t count) {
@@ -47,11 +47,12 @@ class FrameWriter {
       put(ktp_encode_state_symbols(big_.data(), big_.size(), seq++, &s), big_.data());
     }
     ktp_module m{0, {"dummy", 5}, 0xffffffffc0a00000ull, 0x1000, 0xffffffffc0a00000ull, 16384};
-    put(ktp_encode_module(buf_, sizeof buf_, seq++, KTP_STATE_MODULE, &m));
+    put(ktp_encode_state_module(buf_, sizeof buf_, seq++, &m));
     uint32_t cpus[2] = {0, 1};
     ktp_cpus c{2, cpus};
-    put(ktp_encode_cpus(buf_, sizeof buf_, seq++, &c));
-    put(ktp_encode_state_end(buf_, sizeof buf_, seq++, 200));
+    put(ktp_encode_state_cpus(buf_, sizeof buf_, seq++, &c));
+    const ktp_state_end end{200};
+    put(ktp_encode_state_end(buf_, sizeof buf_, seq++, &end));
   }
 
  private:

@@ -21,6 +21,7 @@
 #include "guest_checks.h"
 #include "kthost/common/io.h"
 #include "kthost/textstore/text_store.h"
+#include "kthost_shared.h"
 
 namespace kt::test {
 namespace {
@@ -246,7 +247,7 @@ TEST_F(UnloadRace, GuardSavesEveryUnloadedTextExactly) {
   std::map<std::pair<uint64_t, std::string>, std::vector<uint64_t>> load_time;  // (addr, "kts_kind_index")
   for (const auto& r : store->records) {
     auto at = r.name.find("_kts_");
-    if (r.source == TextSource::Load && r.kind == 1 && at != std::string::npos)
+    if (r.source == TextSource::Load && r.kind == KTHOST_TEXT_KSYMBOL_BPF && at != std::string::npos)
       load_time[{r.start, r.name.substr(at + 1)}].push_back(r.time);
   }
   auto prog_load_time = [&](const Prog& p) -> std::optional<uint64_t> {

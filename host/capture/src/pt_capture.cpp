@@ -9,6 +9,7 @@
 
 #include "kthost/common/fd.h"
 #include "kthost/pt/hardware_source.h"
+#include "kthost_shared.h"
 
 namespace kt {
 namespace {
@@ -31,7 +32,8 @@ Result<std::unique_ptr<PtCapture>> PtCapture::software(const std::string& out_di
   c->kind_ = "software";
   c->trigger_ = trigger;
   for (int i = 0; i < vcpus; ++i)
-    c->streams_.push_back(Stream{static_cast<uint32_t>(i), out_dir + "/cpu" + std::to_string(i) + ".pt", 0, 0});
+    c->streams_.push_back(Stream{static_cast<uint32_t>(i),
+                                 out_dir + "/" KTHOST_PT_FILE_PREFIX + std::to_string(i) + KTHOST_PT_FILE_PACKETS, 0, 0});
   return c;
 }
 
@@ -108,9 +110,10 @@ Status PtCapture::stop(const Sink& sink) {
     if (auto st = hw_->disable(); !st) first = st;
   } else {
     if (::unlink(trigger_.c_str()) != 0 && errno != ENOENT) first = io_error("remove " + trigger_, errno);
-    // The plugin polls its trigger every 20 ms, then each vCPU stops and
-    // flushes at its next block (an idle vCPU flushed when it went idle).
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // The plugin polls its trigger every KTHOST_PT_TRIGGER_POLL_MS, then each
+    // vCPU stops and flushes at its next block (an idle vCPU flushed when it
+    // went idle): fifteen polls leave room for a busy host.
+    std::this_thread::sleep_for(std::chrono::milliseconds(15 * KTHOST_PT_TRIGGER_POLL_MS));
   }
   if (auto st = poll(sink); !st && first) first = st;
   return first;

@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "kthost/common/strings.h"
+#include "kthost_shared.h"
+#include "ktproto.h"
 
 namespace kt {
 namespace {
@@ -11,7 +13,6 @@ using Clock = std::chrono::steady_clock;
 double us_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 }
-constexpr uint16_t kKindModule = 16;  // Load/Unregister records of module text
 constexpr size_t kMaxLostNames = 64;
 constexpr size_t kRecentMax = 4096;
 constexpr uint64_t kRecentBytesMax = 64u << 20;
@@ -49,7 +50,7 @@ HoldRecord TextSaver::on_guard_notice(const SidebandEvent& ev, const GuardNotice
   h.guest_time = ev.time;
   stats_.guard_notices++;
   if (n.end <= n.start || n.end - n.start > kMaxCopy) {
-    h.status = 1;
+    h.status = KTP_HOLD_NOT_SAVED;
     h.error = "range of " + std::to_string(n.end - n.start) + " bytes is empty or over the " +
               human_bytes(kMaxCopy) + " limit";
   } else {
@@ -60,7 +61,7 @@ HoldRecord TextSaver::on_guard_notice(const SidebandEvent& ev, const GuardNotice
     r.kind = static_cast<uint16_t>(n.kind);
     r.id = n.id;
     if (auto st = copy(n.start, n.end - n.start, &r.bytes); !st) {
-      h.status = 1;
+      h.status = KTP_HOLD_NOT_SAVED;
       h.error = st.error().message;
     } else {
       live_.erase(n.start);
@@ -73,11 +74,11 @@ HoldRecord TextSaver::on_guard_notice(const SidebandEvent& ev, const GuardNotice
       save(std::move(r));
     }
   }
-  if (h.status == 0) stats_.guard_saved++;
+  if (h.status == KTP_HOLD_SAVED) stats_.guard_saved++;
   else stats_.guard_failed++;
   // Only a saved range ends the hold early; a failure goes by the channel
   // ack alone, whose status reports it.
-  if (h.status == 0 && n.ack_addr && word_writer_) {
+  if (h.status == KTP_HOLD_SAVED && n.ack_addr && word_writer_) {
     if (auto st = word_writer_(n.ack_addr, n.id); st) {
       h.word_acked = true;
       stats_.word_acks++;
@@ -145,9 +146,13 @@ void TextSaver::unload(const SidebandEvent& ev, uint64_t addr, uint64_t len, uin
 
 void TextSaver::on_event(const SidebandEvent& ev) {
   if (const auto* k = std::get_if<KsymbolEvent>(&ev.body)) {
-    if (k->ksym_type != 1 && k->ksym_type != 2) return;
-    if (k->unregister) unload(ev, k->addr, k->len, k->ksym_type, k->name);
-    else load(ev, k->addr, k->len, k->ksym_type, k->name);
+    // PERF_RECORD_KSYMBOL_TYPE_BPF (1) and _OOL (2) are text; other types are not.
+    const uint16_t kind = k->ksym_type == 1   ? KTHOST_TEXT_KSYMBOL_BPF
+                          : k->ksym_type == 2 ? KTHOST_TEXT_KSYMBOL_OOL
+                                              : 0;
+    if (kind == 0) return;
+    if (k->unregister) unload(ev, k->addr, k->len, kind, k->name);
+    else load(ev, k->addr, k->len, kind, k->name);
   } else if (const auto* m = std::get_if<ModuleEvent>(&ev.body)) {
     if (m->text_size == 0) return;
     // The module's executable core is more than .text (.text.unlikely,
@@ -164,8 +169,8 @@ void TextSaver::on_event(const SidebandEvent& ev) {
       }
       len = end - m->text_addr;
     }
-    if (m->load) load(ev, m->text_addr, len, kKindModule, m->name);
-    else unload(ev, m->text_addr, len, kKindModule, m->name);
+    if (m->load) load(ev, m->text_addr, len, KTHOST_TEXT_MODULE, m->name);
+    else unload(ev, m->text_addr, len, KTHOST_TEXT_MODULE, m->name);
   }
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "kthost/common/strings.h"
+#include "kthost_shared.h"
 
 namespace kt {
 namespace {
@@ -124,8 +125,8 @@ Result<DomainXml> DomainXml::parse(const std::string& xml) {
     d.ram_backend = source == "memfd" ? RamBackend::Memfd : RamBackend::File;
   }
 
-  d.channel = channel_path(x, "org.kthost.0");
-  d.exec_channel = channel_path(x, "org.kthost.exec");
+  d.channel = channel_path(x, KTHOST_PORT_SIDEBAND);
+  d.exec_channel = channel_path(x, KTHOST_PORT_EXEC);
   d.console_log = x.text("/domain/devices/serial[@type='file'][1]/source/@path");
   if (d.console_log.empty()) d.console_log = x.text("/domain/devices/serial[1]/log/@file");
   d.kernel = x.text("/domain/os/kernel");
@@ -154,7 +155,7 @@ std::string shared_memory_xml_hint() {
 std::string sideband_channel_xml_hint(const std::string& domain_name) {
   return "  <channel type='unix'>\n"
          "    <source mode='bind' path='/run/kthost/" + domain_name + "/kthost0.sock'/>\n"
-         "    <target type='virtio' name='org.kthost.0'/>\n"
+         "    <target type='virtio' name='" KTHOST_PORT_SIDEBAND "'/>\n"
          "  </channel>\n";
 }
 

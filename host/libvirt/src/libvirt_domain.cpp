@@ -12,6 +12,7 @@
 #include "handle.h"
 #include "kthost/common/io.h"
 #include "kthost/common/strings.h"
+#include "kthost_shared.h"
 
 namespace kt {
 namespace {
@@ -218,8 +219,8 @@ Result<LibvirtDomain> LibvirtDomain::open(const std::string& uri_in, const std::
                           ". Add inside <domain> (then restart the domain):\n" + shared_memory_xml_hint() + fallback);
   if (vm.channel.empty())
     d.warnings_.push_back("domain '" + name +
-                          "' has no org.kthost.0 channel: <devices> lacks <channel type='unix'> with <target "
-                          "type='virtio' name='org.kthost.0'/>, so kthost cannot receive the guest's sideband "
+                          "' has no " KTHOST_PORT_SIDEBAND " channel: <devices> lacks <channel type='unix'> with <target "
+                          "type='virtio' name='" KTHOST_PORT_SIDEBAND "'/>, so kthost cannot receive the guest's sideband "
                           "(kthost trace and events need it). Add inside <devices> (then restart the domain):\n" +
                           sideband_channel_xml_hint(name));
   return d;
@@ -265,7 +266,7 @@ Status LibvirtDomain::resume() {
 Status LibvirtDomain::require_sideband_channel() const {
   if (!vm_.channel.empty()) return ok_status();
   return Error(ErrorCode::Unsupported, "domain '" + handle_->name +
-                                           "' has no org.kthost.0 channel. Add inside <devices> (virsh edit " +
+                                           "' has no " KTHOST_PORT_SIDEBAND " channel. Add inside <devices> (virsh edit " +
                                            handle_->name + ", then restart the domain):\n" +
                                            sideband_channel_xml_hint(handle_->name));
 }

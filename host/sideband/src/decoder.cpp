@@ -24,6 +24,12 @@ GuestClock to_clock(const ktp_clock& c) {
 
 }  // namespace
 
+SidebandDecoder::SidebandDecoder()
+    : message_(std::make_unique<ktp_message>()), storage_(std::make_unique<ktp_message_storage>()) {}
+SidebandDecoder::~SidebandDecoder() = default;
+SidebandDecoder::SidebandDecoder(SidebandDecoder&&) noexcept = default;
+SidebandDecoder& SidebandDecoder::operator=(SidebandDecoder&&) noexcept = default;
+
 void SidebandDecoder::reset() {
   buffer_.clear();
   buffer_offset_ = 0;
@@ -79,11 +85,8 @@ void SidebandDecoder::feed(const uint8_t* data, size_t len, std::vector<Sideband
   buffer_offset_ += pos;
 }
 
-void SidebandDecoder::handle_frame(const ktp_frame& f, uint64_t offset, std::vector<SidebandEvent>* out) {
-  ++stats_.frames;
-  if (f.type == KTP_HELLO) {
-    have_seq_ = false;  // HELLO restarts the sequence
-  }
+void SidebandDecoder::check_seq(const ktp_frame& f, uint64_t offset) {
+  if (f.type == KTP_HELLO) have_seq_ = false;  // HELLO restarts the sequence
   if (have_seq_) {
     if (f.seq <= last_seq_) {
       ++stats_.out_of_order;
@@ -96,162 +99,135 @@ void SidebandDecoder::handle_frame(const ktp_frame& f, uint64_t offset, std::vec
   }
   have_seq_ = true;
   last_seq_ = f.seq;
+}
 
+void SidebandDecoder::handle_frame(const ktp_frame& f, uint64_t offset, std::vector<SidebandEvent>* out) {
+  ++stats_.frames;
+  check_seq(f, offset);
+  const char* name = ktp_type_name(f.type);
+  if (ktp_type_sender(f.type) == KTP_SENDER_HOST) {
+    frame_error(offset, std::string(name) + " (type " + std::to_string(f.type) + ") goes host to guest, not from the guest");
+    ++stats_.bad_type;
+    return;
+  }
+  int st = ktp_parse_message(&f, message_.get(), storage_.get());
+  if (st != KTP_OK) {
+    ++stats_.bad_payload;
+    frame_error(offset, std::string(name ? name : "frame") + " (type " + std::to_string(f.type) +
+                            "): " + ktp_status_name(st));
+    return;
+  }
   SidebandEvent ev;
   ev.seq = f.seq;
-  int st = KTP_OK;
-  auto emit = [&](EventBody body) {
+  on_message(*message_, std::move(ev), offset, out);
+}
+
+void SidebandDecoder::on_message(const ktp_message& msg, SidebandEvent ev, uint64_t offset,
+                                 std::vector<SidebandEvent>* out) {
+  auto emit = [&](uint64_t time, EventBody body) {
+    ev.time = time;
     ev.body = std::move(body);
     out->push_back(std::move(ev));
   };
-  switch (f.type) {
+  switch (static_cast<ktp_type>(msg.type)) {
     case KTP_HELLO: {
-      ktp_hello m{};
-      if ((st = ktp_parse_hello(&f, &m)) != KTP_OK) break;
-      HelloEvent h{m.proto_minor, m.cpu_count, m.boot_time_ns, m.session, to_clock(m.clock),
-                   to_string(m.release), to_string(m.build_id)};
-      clock_ = h.clock;
-      ev.time = m.boot_time_ns;
-      emit(std::move(h));
-      break;
+      const ktp_hello& m = msg.u.hello;
+      clock_ = to_clock(m.clock);
+      emit(m.boot_time_ns, HelloEvent{m.proto_minor, m.cpu_count, m.boot_time_ns, m.session, clock_,
+                                      to_string(m.release), to_string(m.build_id)});
+      return;
     }
-    case KTP_CLOCK: {
-      ktp_clock c{};
-      uint64_t t = 0;
-      if ((st = ktp_parse_clock(&f, &t, &c)) != KTP_OK) break;
-      clock_ = to_clock(c);
-      ev.time = t;
-      emit(ClockEvent{clock_});
-      break;
-    }
-    case KTP_STATE_BEGIN: {
-      ktp_state_begin m{};
-      if ((st = ktp_parse_state_begin(&f, &m)) != KTP_OK) break;
+    case KTP_CLOCK:
+      clock_ = to_clock(msg.u.clock_change.clock);
+      emit(msg.u.clock_change.time, ClockEvent{clock_});
+      return;
+    case KTP_STATE_BEGIN:
       pending_ = GuestState{};
       in_dump_ = true;
-      dump_reason_ = m.reason;
-      break;
-    }
+      dump_reason_ = msg.u.state_begin.reason;
+      return;
     case KTP_STATE_SYMBOLS: {
-      std::vector<ktp_symbol> slots(KTP_MAX_BATCH);
-      ktp_state_symbols m{0, slots.data()};
-      if ((st = ktp_parse_state_symbols(&f, &m)) != KTP_OK) break;
-      if (!in_dump_) {
-        frame_error(offset, "STATE_SYMBOLS outside a state dump");
-        break;
-      }
+      const ktp_state_symbols& m = msg.u.state_symbols;
+      if (!in_dump_) return frame_error(offset, "STATE_SYMBOLS outside a state dump");
       for (uint32_t i = 0; i < m.count && pending_.symbols.size() < kMaxStateSymbols; ++i)
         pending_.symbols.push_back({m.symbols[i].addr, static_cast<char>(m.symbols[i].type),
                                     to_string(m.symbols[i].name), to_string(m.symbols[i].module)});
-      break;
+      return;
     }
     case KTP_STATE_MODULE:
     case KTP_MODULE_LOAD:
     case KTP_MODULE_UNLOAD: {
-      ktp_module m{};
-      if ((st = ktp_parse_module(&f, &m)) != KTP_OK) break;
+      const ktp_module& m = msg.u.module;
       GuestModuleRecord rec{to_string(m.name), m.text_addr, m.text_size, m.core_addr, m.core_size};
-      if (f.type == KTP_STATE_MODULE) {
+      if (msg.type == KTP_STATE_MODULE) {
         if (in_dump_ && pending_.modules.size() < kMaxStateModules) pending_.modules.push_back(rec);
-        break;
+        return;
       }
-      ev.time = m.time;
-      emit(ModuleEvent{f.type == KTP_MODULE_LOAD, rec.name, rec.text_addr, rec.text_size, rec.core_addr, rec.core_size});
-      break;
+      emit(m.time, ModuleEvent{msg.type == KTP_MODULE_LOAD, rec.name, rec.text_addr, rec.text_size, rec.core_addr,
+                               rec.core_size});
+      return;
     }
     case KTP_STATE_BPF: {
-      ktp_bpf_prog m{};
-      if ((st = ktp_parse_bpf_prog(&f, &m)) != KTP_OK) break;
+      const ktp_bpf_prog& m = msg.u.bpf_prog;
       if (in_dump_ && pending_.bpf_progs.size() < kMaxStateBpf)
         pending_.bpf_progs.push_back({m.id, m.prog_type, tag_hex(m.tag), to_string(m.name), m.jited_addr, m.jited_len});
-      break;
+      return;
     }
-    case KTP_STATE_CPUS: {
-      std::vector<uint32_t> slots(KTP_MAX_CPUS);
-      ktp_cpus m{0, slots.data()};
-      if ((st = ktp_parse_cpus(&f, &m)) != KTP_OK) break;
-      if (in_dump_) pending_.cpus.assign(m.cpus, m.cpus + m.count);
-      break;
-    }
-    case KTP_STATE_END: {
-      uint64_t t = 0;
-      if ((st = ktp_parse_state_end(&f, &t)) != KTP_OK) break;
-      if (!in_dump_) {
-        frame_error(offset, "STATE_END without STATE_BEGIN");
-        break;
-      }
+    case KTP_STATE_CPUS:
+      if (in_dump_) pending_.cpus.assign(msg.u.cpus.cpus, msg.u.cpus.cpus + msg.u.cpus.count);
+      return;
+    case KTP_STATE_END:
+      if (!in_dump_) return frame_error(offset, "STATE_END without STATE_BEGIN");
       in_dump_ = false;
       pending_.complete = true;
       state_ = std::move(pending_);
       pending_ = GuestState{};
-      ev.time = t;
-      emit(StateDumpEvent{dump_reason_, state_.symbols.size(), state_.modules.size(), state_.bpf_progs.size(),
-                          state_.cpus.size()});
-      break;
-    }
+      emit(msg.u.state_end.time, StateDumpEvent{dump_reason_, state_.symbols.size(), state_.modules.size(),
+                                                state_.bpf_progs.size(), state_.cpus.size()});
+      return;
     case KTP_KSYMBOL: {
-      ktp_ksymbol m{};
-      if ((st = ktp_parse_ksymbol(&f, &m)) != KTP_OK) break;
-      ev.time = m.time;
+      const ktp_ksymbol& m = msg.u.ksymbol;
       ev.cpu = m.cpu;
-      emit(KsymbolEvent{m.addr, m.len, m.ksym_type, (m.flags & 1) != 0, to_string(m.name)});
-      break;
+      emit(m.time, KsymbolEvent{m.addr, m.len, m.ksym_type, (m.flags & 1) != 0, to_string(m.name)});
+      return;
     }
     case KTP_BPF_EVENT: {
-      ktp_bpf_event m{};
-      if ((st = ktp_parse_bpf_event(&f, &m)) != KTP_OK) break;
-      ev.time = m.time;
+      const ktp_bpf_event& m = msg.u.bpf_event;
       ev.cpu = m.cpu;
-      emit(BpfEvent{m.type == 1, m.id, tag_hex(m.tag)});
-      break;
+      emit(m.time, BpfEvent{m.type == 1, m.id, tag_hex(m.tag)});
+      return;
     }
     case KTP_TEXT_POKE: {
-      ktp_text_poke m{};
-      if ((st = ktp_parse_text_poke(&f, &m)) != KTP_OK) break;
-      ev.time = m.time;
+      const ktp_text_poke& m = msg.u.text_poke;
       ev.cpu = m.cpu;
-      emit(TextPokeEvent{m.addr, std::vector<uint8_t>(m.old_bytes, m.old_bytes + m.old_len),
-                         std::vector<uint8_t>(m.new_bytes, m.new_bytes + m.new_len)});
-      break;
+      emit(m.time, TextPokeEvent{m.addr, std::vector<uint8_t>(m.old_bytes, m.old_bytes + m.old_len),
+                                 std::vector<uint8_t>(m.new_bytes, m.new_bytes + m.new_len)});
+      return;
     }
     case KTP_LOST: {
-      ktp_lost m{};
-      if ((st = ktp_parse_lost(&f, &m)) != KTP_OK) break;
-      ev.time = m.time;
+      const ktp_lost& m = msg.u.lost;
       ev.cpu = m.cpu;
-      emit(LostEvent{m.kind, m.record_type, m.count});
-      break;
+      emit(m.time, LostEvent{m.kind, m.record_type, m.count});
+      return;
     }
     case KTP_GUARD_NOTICE: {
-      ktp_guard_notice m{};
-      if ((st = ktp_parse_guard_notice(&f, &m)) != KTP_OK) break;
-      ev.time = m.time;
+      const ktp_guard_notice& m = msg.u.guard_notice;
       ev.cpu = m.cpu;
-      emit(GuardNoticeEvent{m.id, m.start, m.end, m.kind, m.ack_addr});
-      break;
+      emit(m.time, GuardNoticeEvent{m.id, m.start, m.end, m.kind, m.ack_addr});
+      return;
     }
     case KTP_HEARTBEAT: {
-      ktp_heartbeat m{};
-      if ((st = ktp_parse_heartbeat(&f, &m)) != KTP_OK) break;
-      ev.time = m.time;
-      emit(HeartbeatEvent{m.frames_sent, m.perf_records, m.text_pokes, m.lost_records, m.queue_dropped});
-      break;
-    }
-    case KTP_ERROR: {
-      ktp_error m{};
-      if ((st = ktp_parse_error(&f, &m)) != KTP_OK) break;
-      emit(ErrorEvent{to_string(m.message)});
-      break;
-    }
-    default:
-      // HELLO_ACK and GUARD_ACK go host->guest; from the guest they are wrong.
-      frame_error(offset, "unexpected frame type " + std::to_string(f.type) + " from the guest");
-      ++stats_.bad_type;
+      const ktp_heartbeat& m = msg.u.heartbeat;
+      emit(m.time, HeartbeatEvent{m.frames_sent, m.perf_records, m.text_pokes, m.lost_records, m.queue_dropped});
       return;
-  }
-  if (st != KTP_OK) {
-    ++stats_.bad_payload;
-    frame_error(offset, std::string("frame type ") + std::to_string(f.type) + ": " + ktp_status_name(st));
+    }
+    case KTP_ERROR:
+      emit(0, ErrorEvent{to_string(msg.u.error.message)});
+      return;
+    case KTP_HELLO_ACK:
+    case KTP_GUARD_ACK:
+    case KTP_HOST_HELLO:
+      return;  // host to guest: refused in handle_frame
   }
 }
 

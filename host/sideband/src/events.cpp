@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kthost/common/strings.h"
+#include "kthost_shared.h"
 
 namespace kt {
 
@@ -80,7 +81,7 @@ std::string describe(const SidebandEvent& ev) {
                  (b.record_type ? " type=" + std::to_string(b.record_type) : "");
         else if constexpr (std::is_same_v<T, GuardNoticeEvent>)
           return head + " id=" + std::to_string(b.id) + " [" + hex(b.start) + ", " + hex(b.end) + ") kind=" +
-                 std::to_string(b.kind) + (b.ack_addr ? " ack_word=" + hex(b.ack_addr) : "");
+                 kthost_text_kind_name(b.kind) + (b.ack_addr ? " ack_word=" + hex(b.ack_addr) : "");
         else if constexpr (std::is_same_v<T, HeartbeatEvent>)
           return head + " frames=" + std::to_string(b.frames_sent) + " records=" + std::to_string(b.perf_records) +
                  " pokes=" + std::to_string(b.text_pokes) + " lost=" + std::to_string(b.lost_records) +
@@ -140,6 +141,7 @@ std::string to_json(const SidebandEvent& ev) {
           j["start"] = hex(b.start);
           j["end"] = hex(b.end);
           j["guard_kind"] = b.kind;
+          j["guard_kind_name"] = kthost_text_kind_name(b.kind);
           if (b.ack_addr) j["ack_addr"] = hex(b.ack_addr);
         } else if constexpr (std::is_same_v<T, HeartbeatEvent>) {
           j["frames_sent"] = b.frames_sent;

@@ -8,6 +8,7 @@
 
 #include "kthost/common/io.h"
 #include "ktproto.h"
+#include "kthost_shared.h"
 
 namespace kt {
 namespace {
@@ -37,6 +38,17 @@ Error bad(const std::string& name, uint64_t offset, const std::string& what) {
 }
 
 }  // namespace
+
+uint16_t text_kind_of(TextSource source, uint16_t stored) {
+  // Bundles written before kthost_shared.h stored a load's PERF_RECORD_KSYMBOL
+  // type (1 BPF, 2 OOL) or 16 for a module, numbers that also mean guard kinds.
+  if (source == TextSource::Load || source == TextSource::Unregister) {
+    if (stored == 1) return KTHOST_TEXT_KSYMBOL_BPF;
+    if (stored == 2) return KTHOST_TEXT_KSYMBOL_OOL;
+    if (stored == 16) return KTHOST_TEXT_MODULE;
+  }
+  return stored;
+}
 
 const char* text_source_name(TextSource s) {
   switch (s) {
@@ -149,7 +161,7 @@ Result<TextStoreContents> parse_text_store(const uint8_t* data, size_t len, cons
     r.time = get(p + 8, 8);
     r.start = get(p + 16, 8);
     r.source = static_cast<TextSource>(source);
-    r.kind = static_cast<uint16_t>(get(p + 30, 2));
+    r.kind = text_kind_of(r.source, static_cast<uint16_t>(get(p + 30, 2)));
     r.id = get(p + 32, 8);
     r.name.assign(reinterpret_cast<const char*>(p + kTextRecordFixedSize), name_len);
     const uint8_t* d = p + kTextRecordFixedSize + name_len;

@@ -1,4 +1,5 @@
 #include "kthost/trace/guest_workload.h"
+#include "kthost_shared.h"
 
 #include <cctype>
 #include <ctime>
@@ -11,7 +12,7 @@ Result<std::unique_ptr<GuestWorkload>> GuestWorkload::start(const std::string& e
   std::string command;
   for (const auto& word : words) command += (command.empty() ? "" : " ") + word;
   if (command.empty()) return Error(ErrorCode::InvalidArgument, "no command given after --");
-  if (exec_socket.empty()) return Error(ErrorCode::Unsupported, "the guest has no exec channel (org.kthost.exec)");
+  if (exec_socket.empty()) return Error(ErrorCode::Unsupported, "the guest has no exec channel (" KTHOST_PORT_EXEC ")");
   KT_ASSIGN_OR_RETURN(GuestExec exec, GuestExec::connect(exec_socket, std::chrono::seconds(10)));
   auto w = std::unique_ptr<GuestWorkload>(new GuestWorkload(std::move(exec)));
   GuestWorkload* self = w.get();

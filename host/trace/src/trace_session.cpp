@@ -19,6 +19,7 @@
 #include "kthost/snapshot/snapshot.h"
 #include "kthost/trace/guard_responder.h"
 #include "kthost/trace/tsc_offset_estimator.h"
+#include "kthost_shared.h"
 
 namespace kt {
 
@@ -163,7 +164,7 @@ Result<std::unique_ptr<TraceSession>> TraceSession::open(const TraceTarget& targ
   auto s = std::make_unique<State>();
   s->options = options;
   s->target = target;
-  if (target.vm.channel.empty()) return Error(ErrorCode::Unsupported, target.label + " has no org.kthost.0 channel");
+  if (target.vm.channel.empty()) return Error(ErrorCode::Unsupported, target.label + " has no " KTHOST_PORT_SIDEBAND " channel");
   if (!target.monitor) return Error(ErrorCode::InvalidArgument, "no monitor for " + target.label);
   if (options.backend == BackendChoice::Monitor)
     return Error(ErrorCode::InvalidArgument, "--backend xp is too slow to answer guard holds");

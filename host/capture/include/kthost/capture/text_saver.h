@@ -35,7 +35,7 @@ namespace kt {
 struct HoldRecord {
   uint64_t id = 0, start = 0, end = 0, guest_time = 0;
   uint32_t kind = 0, cpu = 0;
-  uint32_t status = 0;      // the ack: 0 saved, 1 not
+  uint32_t status = 0;      // the ack: enum ktp_hold_status (KTP_HOLD_SAVED, KTP_HOLD_NOT_SAVED)
   double copy_us = 0;       // reading guest RAM and storing
   double host_us = 0;       // notice decoded -> ack written
   bool word_acked = false;  // the ack word in guest RAM was stored

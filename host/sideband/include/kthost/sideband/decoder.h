@@ -9,12 +9,15 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kthost/sideband/events.h"
 
 struct ktp_frame;
+struct ktp_message;
+struct ktp_message_storage;
 
 namespace kt {
 
@@ -41,6 +44,11 @@ class SidebandDecoder {
   static constexpr size_t kMaxStateBpf = 65536;
   static constexpr size_t kRecentErrors = 64;
 
+  SidebandDecoder();
+  ~SidebandDecoder();
+  SidebandDecoder(SidebandDecoder&&) noexcept;
+  SidebandDecoder& operator=(SidebandDecoder&&) noexcept;
+
   // Appends every event completed by these bytes to `out`.
   void feed(const uint8_t* data, size_t len, std::vector<SidebandEvent>* out);
   // A new connection: sequence numbers and partial frames start over.
@@ -58,6 +66,9 @@ class SidebandDecoder {
  private:
   void frame_error(uint64_t offset, const std::string& reason);
   void handle_frame(const ::ktp_frame& frame, uint64_t offset, std::vector<SidebandEvent>* out);
+  void check_seq(const ::ktp_frame& frame, uint64_t offset);
+  // What each message means to the host; parsing is ktp_parse_message's.
+  void on_message(const ::ktp_message& m, SidebandEvent ev, uint64_t offset, std::vector<SidebandEvent>* out);
 
   std::vector<uint8_t> buffer_;
   uint64_t buffer_offset_ = 0;  // stream offset of buffer_[0]
@@ -71,6 +82,8 @@ class SidebandDecoder {
   GuestClock clock_;
   bool version_mismatch_ = false;
   std::string version_error_;
+  std::unique_ptr<::ktp_message> message_;  // the frame being handled, parsed
+  std::unique_ptr<::ktp_message_storage> storage_;  // its arrays (about 80 KiB, allocated once)
 };
 
 }  // namespace kt

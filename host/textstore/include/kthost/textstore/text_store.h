@@ -35,12 +35,15 @@ enum class TextSource : uint16_t {
   Load = 4,        // read when the guest announced new text (ksymbol register, module load)
 };
 const char* text_source_name(TextSource s);
+// A record's kind as read from disk: older bundles' load records used numbers
+// that now mean guard kinds, and are mapped to kthost_shared.h's.
+uint16_t text_kind_of(TextSource source, uint16_t stored);
 
 struct TextRecord {
   uint64_t time = 0;   // guest perf clock, ns; 0 when unknown
   uint64_t start = 0;  // guest virtual address of bytes[0]
   TextSource source = TextSource::Snapshot;
-  uint16_t kind = 0;   // Guard: ktguard kind; Load/Unregister: 1 BPF, 2 OOL, 16 module
+  uint16_t kind = 0;   // enum kthost_text_kind (kthost_shared.h); 0 for snapshot text
   uint64_t id = 0;     // Guard: notice id; otherwise 0
   std::string name;    // symbol or module name, may be empty
   std::vector<uint8_t> bytes;
