@@ -53,8 +53,8 @@ int run(const std::vector<std::string>& args) {
   auto window = number(opt, "align-window", &err);
   if (!err.message.empty()) return fail(kName, err);
 
-  BundleReadOptions read_options;
-  read_options.check_pt_packets = !opt.has("no-pt-check");
+  BundleReadOptions read_options = analysis_read_options();
+  if (opt.has("no-pt-check")) read_options.check_pt = nullptr;
   auto analysis = open_analysis(opt.positionals().at(0), opt.get_or("vmlinux", ""), read_options);
   if (!analysis) return fail(kName, analysis.error());
   const auto& pt = analysis->bundle.pt;

@@ -10,6 +10,7 @@
 
 #include "kthost/bundle/bundle.h"
 #include "kthost/common/io.h"
+#include "kthost/decode/analysis.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
@@ -44,7 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       m.files["pt/cpu0.pt"] = {text.size(), std::nullopt};
       if (!kt::write_file_atomic(dir + "/pt/cpu0.pt", text)) return 0;
       if (!kt::write_file_atomic(dir + "/manifest.json", kt::manifest_to_json(m))) return 0;
-      auto b = kt::read_bundle(dir);
+      auto b = kt::read_bundle(dir, kt::analysis_read_options());
       if (b.ok() && b->pt.at(0).size() != text.size()) __builtin_trap();
       break;
     }

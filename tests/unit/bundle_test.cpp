@@ -7,6 +7,7 @@
 
 #include "kthost/bundle/bundle.h"
 #include "kthost/common/io.h"
+#include "kthost/decode/pt_packet_check.h"
 #include "synthetic_bundle.h"
 
 namespace kt {
@@ -121,6 +122,8 @@ TEST_F(BundleTest, CorruptPtIsACrcErrorAndABadPacketAtItsOffset) {
   EXPECT_NE(e.find("CRC-32C"), std::string::npos) << e;
   BundleReadOptions no_crc;
   no_crc.check_crc = false;
+  EXPECT_TRUE(read_bundle(dir_ + "/b", no_crc).ok()) << "without a PT check, kt_bundle reads packets as bytes";
+  no_crc.check_pt = check_pt_packets;
   e = error_of(no_crc);
   EXPECT_NE(e.find("pt/cpu0.pt: at offset 28: "), std::string::npos) << e;
   EXPECT_NE(e.find("bad PT packet"), std::string::npos) << e;

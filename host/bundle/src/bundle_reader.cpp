@@ -1,6 +1,5 @@
 // read_bundle: validates a bundle directory against its manifest.
 #include <fcntl.h>
-#include <intel-pt.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,7 +9,7 @@
 #include "kthost/bundle/bundle.h"
 #include "kthost/common/io.h"
 #include "kthost/common/strings.h"
-#include "ktproto.h"
+#include "kthost/common/crc32c.h"
 
 namespace kt {
 namespace {
@@ -47,47 +46,12 @@ Result<std::vector<uint8_t>> read_prefix(const std::string& dir, const std::stri
     done += static_cast<size_t>(n);
   }
   if (check_crc && info.crc32c) {
-    uint32_t crc = ktp_crc32c(0, data.data(), data.size());
+    uint32_t crc = crc32c(0, data.data(), data.size());
     if (crc != *info.crc32c)
       return bad(name, 0, "CRC-32C of bytes [0, " + std::to_string(info.size) + ") is " + hex(crc) +
                               ", manifest.json says " + hex(*info.crc32c) + " (corrupt)");
   }
   return data;
-}
-
-// Walks every packet; the first one that does not decode is an error at its offset.
-Status check_pt(const std::string& name, std::vector<uint8_t>& pt) {
-  if (pt.empty()) return ok_status();
-  pt_config config;
-  pt_config_init(&config);
-  config.begin = pt.data();
-  config.end = pt.data() + pt.size();
-  pt_packet_decoder* dec = pt_pkt_alloc_decoder(&config);
-  if (!dec) return Error(ErrorCode::LimitExceeded, name + ": cannot allocate a packet decoder");
-  Status result;
-  int status = pt_pkt_sync_forward(dec);
-  if (status < 0) {
-    result = bad(name, 0, "no PSB in the stream (" + std::string(pt_errstr(pt_errcode(status))) + ")");
-  } else {
-    uint64_t first = 0;
-    pt_pkt_get_sync_offset(dec, &first);
-    if (first != 0) result = bad(name, 0, "the stream does not start with a PSB (first PSB at " +
-                                              std::to_string(first) + ")");
-    for (;;) {
-      if (!result) break;
-      pt_packet packet;
-      uint64_t offset = 0;
-      pt_pkt_get_offset(dec, &offset);
-      status = pt_pkt_next(dec, &packet, sizeof packet);
-      if (status == -pte_eos) break;
-      if (status < 0) {
-        result = bad(name, offset, std::string("bad PT packet: ") + pt_errstr(pt_errcode(status)));
-        break;
-      }
-    }
-  }
-  pt_pkt_free_decoder(dec);
-  return result;
 }
 
 std::string as_string(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
@@ -135,7 +99,7 @@ Result<Bundle> read_bundle(const std::string& dir, const BundleReadOptions& opti
         cpu = parse_u64(name.substr(6, name.size() - 9), 10);
       if (!cpu || *cpu > 65535)
         return Error(ErrorCode::InvalidInput, label + ": a PT file must be named pt/cpuN.pt");
-      if (options.check_pt_packets) KT_TRY(check_pt(label, *data));
+      if (options.check_pt) KT_TRY(options.check_pt(label, *data));
       b.pt[static_cast<uint32_t>(*cpu)] = std::move(*data);
     } else if (name == "events.jsonl") {
       KT_ASSIGN_OR_RETURN(b.events, parse_events_jsonl(as_string(*data), label));

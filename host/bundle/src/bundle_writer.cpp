@@ -9,7 +9,7 @@
 
 #include "kthost/bundle/bundle.h"
 #include "kthost/common/io.h"
-#include "ktproto.h"
+#include "kthost/common/crc32c.h"
 
 namespace kt {
 
@@ -77,7 +77,7 @@ Status BundleWriter::append_pt(uint32_t cpu, const void* data, size_t len) {
     return Error(ErrorCode::InvalidArgument, "CPU " + std::to_string(cpu) + " is not in the bundle's CPU list");
   Stream& s = *it->second;
   const auto* p = static_cast<const uint8_t*>(data);
-  s.crc = ktp_crc32c(s.crc, p, len);
+  s.crc = crc32c(s.crc, p, len);
   s.buf.insert(s.buf.end(), p, p + len);
   if (s.buf.size() >= kStreamBuffer) {
     KT_TRY(write_fully(s.fd.get(), s.buf.data(), s.buf.size(), s.path));
@@ -91,8 +91,8 @@ Status BundleWriter::append_event_json(const std::string& line) {
   if (line.find('\n') != std::string::npos)
     return Error(ErrorCode::InvalidArgument, "an event line must not contain a newline");
   Stream& s = *streams_.at("events.jsonl");
-  s.crc = ktp_crc32c(s.crc, line.data(), line.size());
-  s.crc = ktp_crc32c(s.crc, "\n", 1);
+  s.crc = crc32c(s.crc, line.data(), line.size());
+  s.crc = crc32c(s.crc, "\n", 1);
   s.buf.insert(s.buf.end(), line.begin(), line.end());
   s.buf.push_back('\n');
   if (s.buf.size() >= kStreamBuffer) {
@@ -109,7 +109,7 @@ Status BundleWriter::write_whole_file(const std::string& name, const std::string
   if (name != "kallsyms" && name != "modules" && name != "kcore")
     return Error(ErrorCode::InvalidArgument, "whole files are kallsyms, modules and kcore, not " + name);
   KT_TRY(write_file_atomic(dir_ + "/" + name, data));
-  manifest_.files[name] = {data.size(), ktp_crc32c(0, data.data(), data.size())};
+  manifest_.files[name] = {data.size(), crc32c(0, data.data(), data.size())};
   return ok_status();
 }
 
@@ -132,7 +132,7 @@ Status BundleWriter::flush() {
   for (const auto& [k, v] : losses_) losses[k] = v;
   std::string losses_text = losses.dump(2) + "\n";
   KT_TRY(write_file_atomic(dir_ + "/losses.json", losses_text));
-  manifest_.files["losses.json"] = {losses_text.size(), ktp_crc32c(0, losses_text.data(), losses_text.size())};
+  manifest_.files["losses.json"] = {losses_text.size(), crc32c(0, losses_text.data(), losses_text.size())};
   manifest_.flush_seq++;
   // Last: the manifest commits everything above.
   return write_file_atomic(dir_ + "/manifest.json", manifest_to_json(manifest_));

@@ -7,6 +7,7 @@
 
 #include "kthost/common/strings.h"
 #include "kthost/introspect/backends.h"
+#include "kthost/vm/ram_backing.h"
 
 namespace kt {
 

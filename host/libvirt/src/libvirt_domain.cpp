@@ -1,6 +1,6 @@
 #include "kthost/libvirt/libvirt_domain.h"
 
-#include "kthost/introspect/backends.h"
+#include "kthost/vm/ram_backing.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -209,7 +209,7 @@ Result<LibvirtDomain> LibvirtDomain::open(const std::string& uri_in, const std::
     }
   } else if (d.xml_.ram_backend == RamBackend::Memfd) {
     if (has_memfd_of_size(pid, vm.ram_size))
-      vm.ram_backend = RamBackend::Memfd;  // introspect finds it again in /proc/<pid>/fd
+      vm.ram_backend = RamBackend::Memfd;  // found again in /proc/<pid>/fd (kthost/vm/ram_backing.h)
     else
       ram_problem = "the XML asks for a shared memfd backing, but QEMU pid " + std::to_string(pid) +
                     " has no memfd of " + std::to_string(vm.ram_size) + " bytes";

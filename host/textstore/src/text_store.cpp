@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "kthost/common/io.h"
-#include "ktproto.h"
+#include "kthost/common/crc32c.h"
 #include "kthost_shared.h"
 
 namespace kt {
@@ -76,7 +76,7 @@ std::vector<uint8_t> encode_text_record(const TextRecord& r) {
   put16(v, 0);
   v.insert(v.end(), r.name.begin(), r.name.end());
   v.insert(v.end(), r.bytes.begin(), r.bytes.end());
-  put32(v, ktp_crc32c(0, v.data(), v.size()));
+  put32(v, crc32c(0, v.data(), v.size()));
   return v;
 }
 
@@ -151,7 +151,7 @@ Result<TextStoreContents> parse_text_store(const uint8_t* data, size_t len, cons
       break;
     }
     uint32_t crc = static_cast<uint32_t>(get(p + record_len - 4, 4));
-    if (ktp_crc32c(0, p, record_len - 4) != crc) return bad(name, off, "record checksum mismatch");
+    if (crc32c(0, p, record_len - 4) != crc) return bad(name, off, "record checksum mismatch");
     uint16_t source = static_cast<uint16_t>(get(p + 28, 2));
     if (source < 1 || source > 4) return bad(name, off, "unknown text source " + std::to_string(source));
     total_text += data_len;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -103,7 +104,10 @@ struct Bundle {
 
 struct BundleReadOptions {
   bool check_crc = true;
-  bool check_pt_packets = true;  // walks every PT packet; an error names the offset
+  // Called on each PT stream as it is read; an error stops the read. The
+  // decoder's check_pt_packets (kthost/decode/pt_packet_check.h) walks every
+  // packet with libipt; kt_bundle itself knows nothing of PT packets.
+  std::function<Status(const std::string& name, const std::vector<uint8_t>& pt)> check_pt;
   uint64_t max_pt_bytes = uint64_t{16} << 30;
 };
 // Reads and validates a whole bundle.

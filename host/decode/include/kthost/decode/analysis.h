@@ -8,6 +8,7 @@
 #include "kthost/bundle/bundle.h"
 #include "kthost/decode/decoder.h"
 #include "kthost/decode/image.h"
+#include "kthost/decode/pt_packet_check.h"
 #include "kthost/decode/symbolizer.h"
 
 namespace kt {
@@ -18,9 +19,16 @@ struct Analysis {
   Symbolizer symbols;
 };
 
+// How a bundle is read for decoding: CRCs checked, and every PT packet.
+inline BundleReadOptions analysis_read_options() {
+  BundleReadOptions o;
+  o.check_pt = check_pt_packets;
+  return o;
+}
+
 // Reads the bundle and prepares the image and symbols (no decoding yet).
 // `vmlinux` (may be empty) adds DWARF source lines.
 Result<Analysis> open_analysis(const std::string& bundle_dir, const std::string& vmlinux = "",
-                               const BundleReadOptions& options = {});
+                               const BundleReadOptions& options = analysis_read_options());
 
 }  // namespace kt

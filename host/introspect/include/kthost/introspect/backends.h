@@ -45,14 +45,6 @@ class MmapMemory final : public GuestMemory {
   UniqueFd write_fd_;
 };
 
-// Finds QEMU's memfd RAM backing: the fd of process `pid` whose link is
-// "/memfd:..." with size `ram_size`. Returns /proc/<pid>/fd/N.
-Result<std::string> find_memfd_backing(int pid, uint64_t ram_size);
-// Finds a file-backed RAM backing of QEMU `pid`: an open regular file (not a
-// memfd) of exactly `ram_size` bytes. Returns its path, or /proc/<pid>/fd/N
-// when the file was unlinked. Errors: NotPresent, Io.
-Result<std::string> find_file_backing(int pid, uint64_t ram_size);
-
 // QEMU process memory: HMP gpa2hva gives the host address of each RAM region,
 // then process_vm_readv (or /proc/<pid>/mem when that is refused) reads it.
 class ProcessMemory final : public GuestMemory {
