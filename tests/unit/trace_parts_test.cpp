@@ -15,47 +15,13 @@
 #include "kthost/trace/trace_session.h"
 #include "kthost/trace/trace_summary.h"
 #include "kthost/trace/tsc_offset_estimator.h"
+#include "fake_guest.h"
 #include "ktproto.h"
 
 namespace kt {
 namespace {
 
-constexpr uint64_t kBase = 0xffffffffc0000000ull;
-constexpr uint64_t kTextPhys = 0x200000;
-constexpr uint64_t kAckWord = 0x300000;
-
-// One 4 KiB page of text at kBase, mapped by 4-level tables in a BufferMemory.
-struct FakeGuest {
-  BufferMemory mem{4u << 20};
-  PagingConfig cfg{PagingMode::Level4, 0x100000, 52};
-  FakeGuest() {
-    auto idx = [](uint64_t va, int shift) { return (va >> shift) & 511; };
-    mem.write_u64(0x100000 + idx(kBase, 39) * 8, 0x101000 | 3);
-    mem.write_u64(0x101000 + idx(kBase, 30) * 8, 0x102000 | 3);
-    mem.write_u64(0x102000 + idx(kBase, 21) * 8, 0x103000 | 3);
-    mem.write_u64(0x103000 + idx(kBase, 12) * 8, kTextPhys | 1);
-    for (uint64_t i = 0; i < 4096; ++i) {
-      uint8_t b = static_cast<uint8_t>(i * 13 + 1);
-      mem.write(kTextPhys + i, &b, 1);
-    }
-  }
-};
-
-SidebandEvent event(uint64_t time, EventBody body) {
-  SidebandEvent ev;
-  ev.time = time;
-  ev.cpu = 0;
-  ev.body = std::move(body);
-  return ev;
-}
-
-std::string temp_path(const char* stem) {
-  std::string p = std::string("/tmp/kthost-") + stem + "-XXXXXX";
-  int fd = ::mkstemp(p.data());
-  EXPECT_GE(fd, 0);
-  ::close(fd);
-  return p;
-}
+using namespace test;
 
 TEST(GuardResponder, SavesStoresTheWordAcksAndLogsEachHold) {
   FakeGuest g;

@@ -1,8 +1,7 @@
 #include "kthost/trace/trace_session.h"
 
-#include <x86intrin.h>
-
 #include <cstdio>
+#include <mutex>
 #include <optional>
 
 #include "kthost/bundle/bundle.h"
@@ -18,6 +17,7 @@
 #include "kthost/sideband/event_log.h"
 #include "kthost/snapshot/snapshot.h"
 #include "kthost/trace/guard_responder.h"
+#include "kthost/trace/sideband_reader.h"
 #include "kthost/trace/tsc_offset_estimator.h"
 #include "kthost_shared.h"
 
@@ -93,6 +93,11 @@ TscOffsetEstimator make_estimator(const PtCapture* pt, int qemu_pid, const Trace
 
 }  // namespace
 
+// Threads: the SidebandReader's thread answers holds (guard, saver, walker,
+// the ack word); the main thread does everything else. saver_mu covers what
+// both touch: the saver (and the walker and memory under it), the guard's
+// totals and holds.jsonl, and pending_texts. Only the main thread writes the
+// bundle: text saved on the reader thread waits in pending_texts.
 struct TraceSession::State {
   TraceOptions options;
   TraceTarget target;
@@ -101,9 +106,11 @@ struct TraceSession::State {
   std::unique_ptr<PageWalker> walker;
   std::unique_ptr<PtCapture> pt;
   std::unique_ptr<BundleWriter> bundle;
-  std::optional<SidebandChannel> channel;
   std::unique_ptr<TextSaver> saver;
   std::optional<GuardResponder> guard;
+  mutable std::mutex saver_mu;
+  std::vector<TextRecord> pending_texts;  // under saver_mu
+  SidebandView view;                      // the reader's, as of the last step
   TscOffsetEstimator clock;
   EventLog log;
   uint64_t text_records = 0, text_bytes = 0;
@@ -111,6 +118,8 @@ struct TraceSession::State {
   Clock::time_point start, last_flush;
   std::string end_reason;
   bool ended = false, failed = false;
+  // Last, so that it is destroyed first: its thread uses the members above.
+  std::unique_ptr<SidebandReader> reader;
 
   PtCapture::Sink pt_sink() {
     return [this](uint32_t cpu, const uint8_t* data, size_t len) { return bundle->append_pt(cpu, data, len); };
@@ -125,25 +134,58 @@ struct TraceSession::State {
     if (options.notice) options.notice(text);
   }
   LossCounters losses() const {
-    return LossCounters::collect(log, channel->decoder().stats(), saver->stats(),
-                                 guard ? guard->totals().acks_failed : 0);
+    std::lock_guard<std::mutex> lock(saver_mu);
+    return LossCounters::collect(log, view.stats, saver->stats(), guard ? guard->totals().acks_failed : 0);
   }
+  HoldTotals hold_totals() const {
+    std::lock_guard<std::mutex> lock(saver_mu);
+    return guard ? guard->totals() : HoldTotals{};
+  }
+  // On the reader thread: a hold, answered at once.
+  void answer(const SidebandEvent& ev, const GuardNoticeEvent& n, const SidebandReader::AckSender& ack) {
+    std::lock_guard<std::mutex> lock(saver_mu);
+    if (guard) guard->answer(ev, n, ack);
+  }
+  void handle_batches(std::vector<SidebandBatch> batches);
   void handle(const SidebandEvent& ev, uint64_t received_tsc);
+  void store_pending_texts();
   void once_a_second();
 };
 
+void TraceSession::State::handle_batches(std::vector<SidebandBatch> batches) {
+  view = reader->view();
+  for (auto& b : batches) {
+    for (const auto& ev : b.events) handle(ev, b.received_tsc);
+    log.append(std::move(b.events));
+  }
+  store_pending_texts();
+}
+
 void TraceSession::State::handle(const SidebandEvent& ev, uint64_t received_tsc) {
-  if (const auto* n = std::get_if<GuardNoticeEvent>(&ev.body); n && guard)
-    guard->answer(ev, *n);
-  else
+  if (!std::holds_alternative<GuardNoticeEvent>(ev.body)) {  // holds were answered on the reader thread
+    std::lock_guard<std::mutex> lock(saver_mu);
     saver->on_event(ev);
+  }
   if (auto st = bundle->append_event_json(to_json(ev)); !st) end("bundle: " + st.error().message, true);
   if (const auto* hello = std::get_if<HelloEvent>(&ev.body)) clock.on_hello(hello->clock);
   clock.on_event(ev.time, received_tsc);
-  if (std::holds_alternative<StateDumpEvent>(ev.body) && !have_symbols) {
+  if (std::holds_alternative<StateDumpEvent>(ev.body) && !have_symbols && view.state) {
     have_symbols = true;
-    (void)bundle->write_whole_file("kallsyms", kallsyms_text(channel->decoder().state()));
-    (void)bundle->write_whole_file("modules", modules_text(channel->decoder().state()));
+    (void)bundle->write_whole_file("kallsyms", kallsyms_text(*view.state));
+    (void)bundle->write_whole_file("modules", modules_text(*view.state));
+  }
+}
+
+void TraceSession::State::store_pending_texts() {
+  std::vector<TextRecord> texts;
+  {
+    std::lock_guard<std::mutex> lock(saver_mu);
+    texts.swap(pending_texts);
+  }
+  for (const auto& r : texts) {
+    ++text_records;
+    text_bytes += r.bytes.size();
+    if (auto st = bundle->append_text(r); !st) end("bundle: " + st.error().message, true);
   }
 }
 
@@ -154,6 +196,7 @@ void TraceSession::State::once_a_second() {
   losses().to_bundle(*bundle);
   if (clock.guest_clock().valid) bundle->set_clock(clock.bundle_clock());
   if (auto st = bundle->flush(); !st) notice(st.error().message);
+  std::lock_guard<std::mutex> lock(saver_mu);
   if (guard) guard->flush();
 }
 
@@ -161,34 +204,44 @@ TraceSession::TraceSession(std::unique_ptr<State> state) : s_(std::move(state)) 
 TraceSession::~TraceSession() = default;
 
 Result<std::unique_ptr<TraceSession>> TraceSession::open(const TraceTarget& target, const TraceOptions& options) {
-  auto s = std::make_unique<State>();
-  s->options = options;
-  s->target = target;
   if (target.vm.channel.empty()) return Error(ErrorCode::Unsupported, target.label + " has no " KTHOST_PORT_SIDEBAND " channel");
   if (!target.monitor) return Error(ErrorCode::InvalidArgument, "no monitor for " + target.label);
   if (options.backend == BackendChoice::Monitor)
     return Error(ErrorCode::InvalidArgument, "--backend xp is too slow to answer guard holds");
+  TraceParts parts;
   // Guest memory and the kernel's page tables, from vCPU 0's CR3.
-  KT_ASSIGN_OR_RETURN(s->memory, open_guest_memory(*target.monitor, target.vm, options.backend));
+  KT_ASSIGN_OR_RETURN(parts.memory, open_guest_memory(*target.monitor, target.vm, options.backend));
   KT_ASSIGN_OR_RETURN(CpuRegisters regs, read_registers(*target.monitor, 0));
-  KT_ASSIGN_OR_RETURN(s->layout, discover_kernel_layout(*s->memory, regs, GuestSymbols{}));
+  KT_ASSIGN_OR_RETURN(parts.layout, discover_kernel_layout(*parts.memory, regs, GuestSymbols{}));
+  KT_ASSIGN_OR_RETURN(parts.pt, open_pt(options.pt, target, options));
+  parts.channel_path = target.vm.channel;
+  parts.qemu_pid = target.vm.pid;
+  return open(std::move(parts), target, options);
+}
+
+Result<std::unique_ptr<TraceSession>> TraceSession::open(TraceParts parts, const TraceTarget& target,
+                                                         const TraceOptions& options) {
+  auto s = std::make_unique<State>();
+  s->options = options;
+  s->target = target;
+  s->memory = std::move(parts.memory);
+  s->layout = std::move(parts.layout);
+  s->pt = std::move(parts.pt);
   s->walker = std::make_unique<PageWalker>(*s->memory, s->layout.paging);
-  KT_ASSIGN_OR_RETURN(s->pt, open_pt(options.pt, target, options));
   // The bundle (docs/BUNDLE.md). Its clock is set when the guest says hello.
   BundleClock clock;
   clock.identity = false;
   KT_ASSIGN_OR_RETURN(s->bundle, BundleWriter::create(options.out_dir, s->pt ? s->pt->cpus() : std::vector<uint32_t>{},
                                                       clock));
   KT_ASSIGN_OR_RETURN(SidebandChannel channel,
-                      SidebandChannel::connect(target.vm.channel, std::chrono::seconds(10), options.guard));
-  s->channel.emplace(std::move(channel));
+                      SidebandChannel::connect(parts.channel_path, std::chrono::seconds(10), options.guard));
   State* st = s.get();
+  // Called with saver_mu held, on either thread: the main thread stores it.
   s->saver = std::make_unique<TextSaver>(
       *s->walker,
       [st](const TextRecord& r) {
-        ++st->text_records;
-        st->text_bytes += r.bytes.size();
-        return st->bundle->append_text(r);
+        st->pending_texts.push_back(r);
+        return ok_status();
       },
       options.guard);
   // The ack word: the one store kthost makes into guest RAM. It ends a hold
@@ -197,9 +250,7 @@ Result<std::unique_ptr<TraceSession>> TraceSession::open(const TraceTarget& targ
     s->saver->set_ack_word_writer([st](uint64_t gpa, uint64_t value) { return st->memory->write_word(gpa, value); });
   if (options.guard) {
     KT_ASSIGN_OR_RETURN(GuardResponder responder,
-                        GuardResponder::create(
-                            *s->saver, [st](uint64_t id, uint32_t status) { return st->channel->send_guard_ack(id, status); },
-                            options.out_dir + "/holds.jsonl", options.notice));
+                        GuardResponder::create(*s->saver, {}, options.out_dir + "/holds.jsonl", options.notice));
     s->guard.emplace(std::move(responder));
   }
   if (s->pt)
@@ -213,22 +264,24 @@ Result<std::unique_ptr<TraceSession>> TraceSession::open(const TraceTarget& targ
     s->notice(std::to_string(snap.unreadable_pages) + " pages were unmapped during the initial snapshot (zero-filled)");
   if (auto written = s->bundle->write_whole_file("kcore", *kcore); !written)
     return written.error().with_context("initial snapshot");
-  s->clock = make_estimator(s->pt.get(), target.vm.pid, options);
+  s->clock = make_estimator(s->pt.get(), parts.qemu_pid, options);
   s->start = s->last_flush = Clock::now();
+  s->reader = SidebandReader::start(std::move(channel), [st](const SidebandEvent& ev, const GuardNoticeEvent& n,
+                                                             const SidebandReader::AckSender& ack) {
+    st->answer(ev, n, ack);
+  });
   return std::unique_ptr<TraceSession>(new TraceSession(std::move(s)));
 }
 
 bool TraceSession::step(std::chrono::milliseconds wait) {
   State& s = *s_;
   if (s.ended) return false;
-  auto events = s.channel->poll(wait);
-  uint64_t received_tsc = __rdtsc();
-  if (!events) {
-    s.end("channel: " + events.error().message, true);
+  auto batches = s.reader->take(wait);
+  if (!batches) {
+    s.end("channel: " + batches.error().message, true);
     return false;
   }
-  for (const auto& ev : *events) s.handle(ev, received_tsc);
-  s.log.append(std::move(*events));
+  s.handle_batches(std::move(*batches));
   if (s.ended) return false;
   if (s.pt)
     if (auto st = s.pt->poll(s.pt_sink()); !st) {
@@ -245,7 +298,7 @@ bool TraceSession::step(std::chrono::milliseconds wait) {
 
 bool TraceSession::wait_ready(std::chrono::milliseconds timeout) {
   auto deadline = Clock::now() + timeout;
-  while (!(s_->channel->handshake_done() && s_->channel->decoder().state().complete)) {
+  while (!(s_->view.handshake_done && s_->view.state && s_->view.state->complete)) {
     if (Clock::now() >= deadline || !step()) return false;
   }
   return true;
@@ -261,11 +314,14 @@ Result<TraceSummary> TraceSession::finish(const std::string& reason) {
       s.notice("PT: " + st.error().message);
       s.failed = true;
     }
+  // Holds are answered until here; then what the reader read goes in too.
+  s.reader->stop();
+  if (auto rest = s.reader->take(std::chrono::milliseconds(0)); rest) s.handle_batches(std::move(*rest));
   sum.losses = s.losses();
   sum.losses.to_bundle(*s.bundle);
   if (s.clock.guest_clock().valid) s.bundle->set_clock(s.clock.bundle_clock());
   auto closed = s.bundle->close();
-  if (s.guard) s.guard->flush();
+  if (s.guard) s.guard->flush();  // the reader has stopped: no lock needed
   sum.end_reason = s.end_reason;
   sum.guard = s.options.guard;
   sum.events = s.log.size();
@@ -273,7 +329,7 @@ Result<TraceSummary> TraceSession::finish(const std::string& reason) {
   sum.ksymbols = s.log.count("ksymbol");
   sum.module_loads = s.log.count("module_load");
   sum.module_unloads = s.log.count("module_unload");
-  if (s.guard) sum.holds = s.guard->totals();
+  sum.holds = s.hold_totals();
   sum.saver = s.saver->stats();
   sum.text_records = s.text_records;
   sum.text_bytes = s.text_bytes;
@@ -312,7 +368,7 @@ TraceProgress TraceSession::progress() const {
   p.seconds = std::chrono::duration<double>(Clock::now() - s.start).count();
   p.events = s.log.size();
   p.text_pokes = s.log.count("text_poke");
-  p.holds = s.guard ? s.guard->totals().holds : 0;
+  p.holds = s.hold_totals().holds;
   p.text_bytes = s.text_bytes;
   p.pt_bytes = s.pt ? s.pt->total_bytes() : 0;
   p.lost = s.losses().total();

@@ -30,14 +30,17 @@ class GuardResponder {
   // wait for the channel ack): for the user, not per hold.
   using Notice = std::function<void(const std::string&)>;
 
-  // `holds_path`: where holds.jsonl goes ("" for none).
+  // `holds_path`: where holds.jsonl goes ("" for none). `send_ack` may be
+  // empty when every answer() passes its own.
   static Result<GuardResponder> create(TextSaver& saver, AckSender send_ack, const std::string& holds_path,
                                        Notice notice = {});
   GuardResponder(GuardResponder&& other) noexcept;
   GuardResponder& operator=(GuardResponder&&) = delete;
   ~GuardResponder();
 
-  HoldRecord answer(const SidebandEvent& ev, const GuardNoticeEvent& notice);
+  HoldRecord answer(const SidebandEvent& ev, const GuardNoticeEvent& notice) { return answer(ev, notice, send_ack_); }
+  // With the ack sender of the thread that answers (SidebandReader's).
+  HoldRecord answer(const SidebandEvent& ev, const GuardNoticeEvent& notice, const AckSender& send_ack);
   void flush();
   const HoldTotals& totals() const { return totals_; }
 

@@ -4,10 +4,13 @@
 //   open()    guest memory and the kernel's page tables, the PT source, the
 //             bundle, the sideband channel; PT on; the initial kcore snapshot
 //             straight into the bundle.
-//   step()    one round: sideband events (guard holds answered first, by the
-//             GuardResponder), text saved on loads and unloads, events into
-//             the bundle, PT drained; once a second: liveness, losses, clock,
-//             flush.
+//   step()    one round: the sideband events read since the last step, text
+//             saved on loads and unloads, events and text into the bundle,
+//             PT drained; once a second: liveness, losses, clock, flush.
+//
+// Guard holds are answered on the SidebandReader's own thread the moment
+// their notice arrives (copy, ack word, channel ack), never behind a step's
+// PT poll or flush; the bundle is written by the caller's thread alone.
 //   finish()  PT off and drained, the last flush, summary.json.
 //
 // Used by `kthost trace` and by any other front end (an agent, a CI command).
@@ -24,6 +27,7 @@
 
 #include "kthost/common/result.h"
 #include "kthost/introspect/backends.h"
+#include "kthost/introspect/kernel_layout.h"
 #include "kthost/pt/config.h"
 #include "kthost/trace/trace_summary.h"
 #include "kthost/vm/monitor.h"
@@ -71,12 +75,29 @@ struct TraceProgress {
   std::string status_line() const;  // "   12s  events 340  pokes 26  holds 4  saved 1.2 MiB  PT 30 MiB  lost 0"
 };
 
+class PtCapture;
+
+// What a session runs on once the target is opened: open() finds them from
+// the target; tests (and front ends that find them their own way) pass them.
+struct TraceParts {
+  std::unique_ptr<GuestMemory> memory;  // guest RAM; write_word for ack words
+  KernelLayout layout;                  // page tables and the initial text's ranges
+  std::unique_ptr<PtCapture> pt;        // null: no PT
+  std::string channel_path;             // the org.kthost.0 unix socket
+  int qemu_pid = 0;                     // for KVM's TSC offset (hardware PT)
+};
+
 class TraceSession {
  public:
   // Errors: the target lacks the org.kthost.0 channel (Unsupported), no PT
   // source for the choice, guest memory or page tables unreadable, the bundle
   // directory cannot be created, the channel does not connect.
   static Result<std::unique_ptr<TraceSession>> open(const TraceTarget& target, const TraceOptions& options);
+  // The same on parts already opened: the bundle, the channel, the initial
+  // snapshot and the sideband reader thread. `target` gives the label and
+  // check_alive (its monitor may be null).
+  static Result<std::unique_ptr<TraceSession>> open(TraceParts parts, const TraceTarget& target,
+                                                    const TraceOptions& options);
   ~TraceSession();
 
   // Waits up to `wait` for sideband data and handles one round. Returns true

@@ -1,0 +1,225 @@
+// TraceSession as a whole, with fakes only for the guest: its RAM is a
+// BufferMemory with page tables (fake_guest.h), and its helper is a test
+// thread on the other end of a real unix socket speaking ktproto. The
+// session, the channel, the reader thread, the saver, the guard responder and
+// the bundle are the real ones.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "fake_guest.h"
+#include "kthost/bundle/bundle.h"
+#include "kthost/capture/pt_capture.h"
+#include "kthost/common/fd.h"
+#include "kthost/common/io.h"
+#include "kthost/trace/trace_session.h"
+#include "ktproto.h"
+
+namespace kt {
+namespace {
+
+using namespace test;
+using namespace std::chrono_literals;
+
+// The guest's ktguest, played by the test: listens where QEMU's chardev
+// would, sends frames, and reads what the host answers.
+class FakeHelper {
+ public:
+  explicit FakeHelper(const std::string& path) : path_(path) {
+    listen_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+    EXPECT_EQ(::bind(listen_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(listen_.get(), 1), 0);
+  }
+  ~FakeHelper() { ::unlink(path_.c_str()); }
+  void accept() { conn_.reset(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC)); }
+  void close() { conn_.reset(); }
+
+  template <typename Encode>
+  void send(Encode encode) {
+    std::vector<uint8_t> buf(KTP_MAX_FRAME);
+    long n = encode(buf.data(), buf.size(), seq_++);
+    ASSERT_GT(n, 0) << ktp_status_name(static_cast<int>(n));
+    ASSERT_TRUE(write_all(conn_.get(), buf.data(), static_cast<size_t>(n), 2s));
+  }
+  void hello_and_state_dump() {
+    ktp_hello h{};
+    h.cpu_count = 1;
+    h.clock = {0, 1u << 10, 10, 1};
+    h.release = {"6.1.0-test", 10};
+    seq_ = 0;
+    send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_hello(b, c, s, &h); });
+    ktp_state_begin begin{10, KTP_STATE_START, 1, 0, 0};
+    send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_state_begin(b, c, s, &begin); });
+    ktp_symbol sym{kBase, 't', {"fake_func", 9}, {"fake", 4}};
+    ktp_state_symbols syms{1, &sym};
+    send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_state_symbols(b, c, s, &syms); });
+    uint32_t cpu0 = 0;
+    ktp_cpus cpus{1, &cpu0};
+    send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_state_cpus(b, c, s, &cpus); });
+    ktp_state_end end{20};
+    send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_state_end(b, c, s, &end); });
+  }
+
+  // The next frame of `type` the host sends, within `timeout`.
+  std::optional<std::vector<uint8_t>> wait_for(uint8_t type, std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      while (true) {
+        ktp_frame f{};
+        size_t consumed = 0;
+        int st = ktp_decode_frame(in_.data(), in_.size(), &f, &consumed);
+        if (st != KTP_OK) break;
+        std::vector<uint8_t> frame(in_.begin(), in_.begin() + static_cast<long>(consumed));
+        in_.erase(in_.begin(), in_.begin() + static_cast<long>(consumed));
+        if (f.type == type) return frame;
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      pollfd p{conn_.get(), POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      uint8_t buf[4096];
+      ssize_t n = ::recv(conn_.get(), buf, sizeof buf, 0);
+      if (n <= 0) return std::nullopt;
+      in_.insert(in_.end(), buf, buf + n);
+    }
+  }
+
+ private:
+  std::string path_;
+  UniqueFd listen_, conn_;
+  uint64_t seq_ = 0;
+  std::vector<uint8_t> in_;
+};
+
+ktp_frame frame_of(const std::vector<uint8_t>& bytes) {
+  ktp_frame f{};
+  size_t consumed = 0;
+  EXPECT_EQ(ktp_decode_frame(bytes.data(), bytes.size(), &f, &consumed), KTP_OK);
+  return f;
+}
+
+class TraceSessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("kthost-session-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    helper_ = std::make_unique<FakeHelper>((dir_ / "kthost0.sock").string());
+  }
+  void TearDown() override {
+    helper_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::unique_ptr<TraceSession> open() {
+    auto mem = std::make_unique<BufferMemory>(4u << 20);
+    build_fake_guest(*mem);
+    memory_ = mem.get();
+    TraceParts parts;
+    parts.memory = std::move(mem);
+    parts.layout.paging = kFakePaging;
+    parts.layout.ranges = {TextRange{kBase, kBase + 4096, TextKind::Module, "fake"}};
+    parts.channel_path = (dir_ / "kthost0.sock").string();
+    TraceTarget target;
+    target.label = "the fake guest";
+    TraceOptions o;
+    o.out_dir = (dir_ / "bundle").string();
+    o.pt = PtChoice::None;
+    auto s = TraceSession::open(std::move(parts), target, o);
+    EXPECT_TRUE(s) << s.error().message;
+    if (!s) return nullptr;
+    helper_->accept();
+    return std::move(*s);
+  }
+  std::filesystem::path dir_;
+  std::unique_ptr<FakeHelper> helper_;
+  BufferMemory* memory_ = nullptr;
+};
+
+// The reader thread answers a hold while the main thread does not step at
+// all (as if it were deep in a PT poll or a flush): ack word and GUARD_ACK
+// come without a single step(). Then the bundle holds the guest's exact bytes.
+TEST_F(TraceSessionTest, AHoldIsAnsweredWithoutTheMainThreadAndItsTextReachesTheBundle) {
+  auto session = open();
+  ASSERT_TRUE(session);
+  ASSERT_TRUE(helper_->wait_for(KTP_HOST_HELLO, 2s));
+  helper_->hello_and_state_dump();
+  ASSERT_TRUE(session->wait_ready(5s)) << session->end_reason();
+  auto ack_of_hello = helper_->wait_for(KTP_HELLO_ACK, 2s);
+  ASSERT_TRUE(ack_of_hello);
+  ktp_hello_ack hello_ack{};
+  const ktp_frame hf = frame_of(*ack_of_hello);
+  ASSERT_EQ(ktp_parse_hello_ack(&hf, &hello_ack), KTP_OK);
+  EXPECT_TRUE(hello_ack.flags & KTP_ACK_GUARD_ENABLED);
+
+  ktp_guard_notice n{30, 0, 9, kBase + 16, kBase + 80, 1, kAckWord};
+  helper_->send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_guard_notice(b, c, s, &n); });
+  auto ack = helper_->wait_for(KTP_GUARD_ACK, 3s);  // no step() meanwhile
+  ASSERT_TRUE(ack) << "the hold was not answered while the main thread was busy";
+  ktp_guard_ack a{};
+  const ktp_frame af = frame_of(*ack);
+  ASSERT_EQ(ktp_parse_guard_ack(&af, &a), KTP_OK);
+  EXPECT_EQ(a.id, 9u);
+  EXPECT_EQ(a.status, static_cast<uint32_t>(KTP_HOLD_SAVED));
+  uint64_t word = 0;
+  ASSERT_TRUE(memory_->read(kAckWord, &word, 8));
+  EXPECT_EQ(word, 9u);
+
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(session->step(50ms));
+  EXPECT_EQ(session->progress().holds, 1u);
+  auto sum = session->finish("test done");
+  ASSERT_TRUE(sum) << sum.error().message;
+  EXPECT_EQ(sum->holds.holds, 1u);
+  EXPECT_EQ(sum->losses.total(), 0u);
+  EXPECT_EQ(sum->end_reason, "test done");
+
+  auto bundle = read_bundle((dir_ / "bundle").string());
+  ASSERT_TRUE(bundle) << bundle.error().message;
+  std::vector<const TextRecord*> guarded;
+  for (const auto& r : bundle->text.records)
+    if (r.source == TextSource::Guard) guarded.push_back(&r);
+  ASSERT_EQ(guarded.size(), 1u);
+  EXPECT_EQ(guarded[0]->id, 9u);
+  EXPECT_EQ(guarded[0]->start, kBase + 16);
+  ASSERT_EQ(guarded[0]->bytes.size(), 64u);
+  for (size_t i = 0; i < 64; ++i)
+    ASSERT_EQ(guarded[0]->bytes[i], static_cast<uint8_t>((16 + i) * 13 + 1)) << i;
+  EXPECT_NE(bundle->kallsyms.find("fake_func"), std::string::npos);
+  auto holds = read_file((dir_ / "bundle" / "holds.jsonl").string());
+  ASSERT_TRUE(holds);
+  EXPECT_NE(holds->find("\"id\":9"), std::string::npos) << *holds;
+}
+
+// A guest that reports losses and then goes away: the session ends by
+// itself, says why, and the summary carries the loss.
+TEST_F(TraceSessionTest, LossesAreCountedAndAClosedChannelEndsTheSession) {
+  auto session = open();
+  ASSERT_TRUE(session);
+  helper_->hello_and_state_dump();
+  ASSERT_TRUE(session->wait_ready(5s));
+  ktp_lost lost{40, 0, KTP_LOST_PERF_RING, 0, 5};
+  helper_->send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_lost(b, c, s, &lost); });
+  helper_->close();
+  bool ended = false;
+  for (int i = 0; i < 100 && !ended; ++i) ended = !session->step(50ms);
+  ASSERT_TRUE(ended);
+  EXPECT_TRUE(session->failed());
+  EXPECT_NE(session->end_reason().find("channel"), std::string::npos) << session->end_reason();
+  auto sum = session->finish("ignored: it ended by itself");
+  ASSERT_TRUE(sum) << sum.error().message;
+  EXPECT_EQ(sum->losses.perf_ring, 5u);
+  EXPECT_EQ(sum->losses.total(), 5u);
+  EXPECT_NE(sum->end_reason.find("channel"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kt
