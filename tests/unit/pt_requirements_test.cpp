@@ -8,14 +8,9 @@
 namespace kt {
 namespace {
 
-const std::string kPmuTree = std::string(KT_TEST_DATA_DIR) + "/intel_pt_sysfs";
-
-// An MSR device file as the msr driver serves it: pread at the MSR number.
-std::string msr_file(uint32_t msr, uint64_t value) {
-  std::string bytes(msr + 8, '\0');
-  std::memcpy(bytes.data() + msr, &value, sizeof value);
-  return bytes;
-}
+using testing::kPmuTree;
+using testing::make_intel_kvm_host;
+using testing::msr_file;
 
 SystemRoots roots_of(const testing::TempTree& tree, bool is_root) {
   SystemRoots r;
@@ -32,21 +27,6 @@ const RequirementCheck& find(const std::vector<RequirementCheck>& checks, const 
   ADD_FAILURE() << "no check named " << name;
   static RequirementCheck none;
   return none;
-}
-
-// A FAKE Intel KVM host with everything in place.
-void make_intel_kvm_host(const testing::TempTree& tree) {
-  tree.write("proc/cpuinfo",
-             "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Core(TM) i7-6700\n"
-             "flags\t\t: fpu vme de pse tsc msr vmx intel_pt xsaves\n\n"
-             "processor\t: 1\nvendor_id\t: GenuineIntel\nflags\t\t: fpu vmx intel_pt\n");
-  tree.write("proc/sys/kernel/perf_event_paranoid", "1\n");
-  tree.write("proc/mounts", "sysfs /sys sysfs rw 0 0\ndebugfs /sys/kernel/debug debugfs rw,relatime 0 0\n");
-  tree.copy(kPmuTree, "sys/bus/event_source/devices/intel_pt");
-  tree.write("sys/module/kvm_intel/parameters/pt_mode", "0\n");
-  tree.mkdir("sys/kernel/debug/kvm");
-  tree.write("dev/cpu/0/msr", msr_file(0x485, (1ull << 14) | 0x7));
-  tree.write("dev/kvm", "");
 }
 
 TEST(PtRequirements, AllPassOnAFakeIntelKvmHost) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -44,5 +45,29 @@ class TempTree {
  private:
   std::string root_;
 };
+
+inline const std::string kPmuTree = std::string(KT_TEST_DATA_DIR) + "/intel_pt_sysfs";
+
+// An MSR device file as the msr driver serves it: pread at the MSR number.
+inline std::string msr_file(uint32_t msr, uint64_t value) {
+  std::string bytes(msr + 8, '\0');
+  std::memcpy(bytes.data() + msr, &value, sizeof value);
+  return bytes;
+}
+
+// A FAKE Intel KVM host with everything in place.
+inline void make_intel_kvm_host(const TempTree& tree) {
+  tree.write("proc/cpuinfo",
+             "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Core(TM) i7-6700\n"
+             "flags\t\t: fpu vme de pse tsc msr vmx intel_pt xsaves\n\n"
+             "processor\t: 1\nvendor_id\t: GenuineIntel\nflags\t\t: fpu vmx intel_pt\n");
+  tree.write("proc/sys/kernel/perf_event_paranoid", "1\n");
+  tree.write("proc/mounts", "sysfs /sys sysfs rw 0 0\ndebugfs /sys/kernel/debug debugfs rw,relatime 0 0\n");
+  tree.copy(kPmuTree, "sys/bus/event_source/devices/intel_pt");
+  tree.write("sys/module/kvm_intel/parameters/pt_mode", "0\n");
+  tree.mkdir("sys/kernel/debug/kvm");
+  tree.write("dev/cpu/0/msr", msr_file(0x485, (1ull << 14) | 0x7));
+  tree.write("dev/kvm", "");
+}
 
 }  // namespace kt::testing

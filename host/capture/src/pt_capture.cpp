@@ -9,6 +9,7 @@
 
 #include "kthost/common/fd.h"
 #include "kthost/pt/hardware_source.h"
+#include "kthost/pt/requirements.h"
 #include "kthost_shared.h"
 
 namespace kt {
@@ -20,6 +21,34 @@ uint64_t file_size(const std::string& path) {
 }
 
 }  // namespace
+
+Result<PtChoice> parse_pt_choice(const std::string& text) {
+  if (text == "auto") return PtChoice::Auto;
+  if (text == "hardware") return PtChoice::Hardware;
+  if (text == "software") return PtChoice::Software;
+  if (text == "none") return PtChoice::None;
+  return Error(ErrorCode::InvalidArgument, "--pt must be auto, hardware, software or none, not '" + text + "'");
+}
+
+Result<std::unique_ptr<PtCapture>> PtCapture::open(PtChoice choice, const VmDescription& vm, Monitor* monitor,
+                                                   const std::string& label, const std::string& work_dir,
+                                                   const PtConfig& config, const SystemRoots& roots) {
+  if (choice == PtChoice::None) return std::unique_ptr<PtCapture>();
+  std::string why_not_hw;
+  if (choice == PtChoice::Auto || choice == PtChoice::Hardware) {
+    for (const auto& c : check_hardware_pt_requirements(roots))
+      if (!c.ok && why_not_hw.empty()) why_not_hw = c.name + ": " + c.detail;
+    if (why_not_hw.empty() && vm.accel != "kvm") why_not_hw = "the guest runs under " + vm.accel + ", not KVM";
+    if (why_not_hw.empty() && !monitor) why_not_hw = "no QMP monitor to find the vCPU threads";
+    if (why_not_hw.empty()) return hardware(*monitor, work_dir, config);
+    if (choice == PtChoice::Hardware)
+      return Error(ErrorCode::Unsupported, "no hardware PT: " + why_not_hw + " (kthost doctor says how to fix it)");
+  }
+  auto sw = software(vm.pt_plugin_out, vm.pt_plugin_trigger, vm.vcpus);
+  if (sw || choice == PtChoice::Software) return sw;
+  return Error(ErrorCode::Unsupported, "no PT source for " + label + ": hardware: " + why_not_hw +
+                                           "; software: " + sw.error().message + ". --pt none traces without PT");
+}
 
 Result<std::unique_ptr<PtCapture>> PtCapture::software(const std::string& out_dir, const std::string& trigger,
                                                          int vcpus) {

@@ -25,14 +25,6 @@ namespace kt {
 
 using Clock = std::chrono::steady_clock;
 
-Result<PtChoice> parse_pt_choice(const std::string& text) {
-  if (text == "auto") return PtChoice::Auto;
-  if (text == "hardware") return PtChoice::Hardware;
-  if (text == "software") return PtChoice::Software;
-  if (text == "none") return PtChoice::None;
-  return Error(ErrorCode::InvalidArgument, "--pt must be auto, hardware, software or none, not '" + text + "'");
-}
-
 Result<TraceOptions> parse_trace_options(const TraceOptionWords& w) {
   TraceOptions o;
   KT_ASSIGN_OR_RETURN(o.backend, parse_backend_choice(w.backend.value_or("auto")));
@@ -54,27 +46,6 @@ std::string TraceProgress::status_line() const {
 }
 
 namespace {
-
-// Hardware where this machine has everything for it (kthost doctor's checks)
-// and the guest runs under KVM; else the TCG plugin where the guest's QEMU
-// runs it; else a clear error.
-Result<std::unique_ptr<PtCapture>> open_pt(PtChoice choice, const TraceTarget& target, const TraceOptions& o) {
-  if (choice == PtChoice::None) return std::unique_ptr<PtCapture>();
-  std::string why_not_hw;
-  if (choice == PtChoice::Auto || choice == PtChoice::Hardware) {
-    for (const auto& c : check_hardware_pt_requirements(live_system_roots()))
-      if (!c.ok && why_not_hw.empty()) why_not_hw = c.name + ": " + c.detail;
-    if (why_not_hw.empty() && target.vm.accel != "kvm")
-      why_not_hw = "the guest runs under " + target.vm.accel + ", not KVM";
-    if (why_not_hw.empty()) return PtCapture::hardware(*target.monitor, o.out_dir + "/pt-hw", o.pt_config);
-    if (choice == PtChoice::Hardware)
-      return Error(ErrorCode::Unsupported, "no hardware PT: " + why_not_hw + " (kthost doctor says how to fix it)");
-  }
-  auto sw = PtCapture::software(target.vm.pt_plugin_out, target.vm.pt_plugin_trigger, target.vm.vcpus);
-  if (sw || choice == PtChoice::Software) return sw;
-  return Error(ErrorCode::Unsupported, "no PT source for " + target.label + ": hardware: " + why_not_hw +
-                                           "; software: " + sw.error().message + ". --pt none traces without PT");
-}
 
 // Hardware PT stamps the host TSC; the guest's is host * ratio + offset (KVM
 // debugfs). Without scaling the offset is exact; the TCG plugin's is bounded
@@ -213,7 +184,8 @@ Result<std::unique_ptr<TraceSession>> TraceSession::open(const TraceTarget& targ
   KT_ASSIGN_OR_RETURN(parts.memory, open_guest_memory(*target.monitor, target.vm, options.backend));
   KT_ASSIGN_OR_RETURN(CpuRegisters regs, read_registers(*target.monitor, 0));
   KT_ASSIGN_OR_RETURN(parts.layout, discover_kernel_layout(*parts.memory, regs, GuestSymbols{}));
-  KT_ASSIGN_OR_RETURN(parts.pt, open_pt(options.pt, target, options));
+  KT_ASSIGN_OR_RETURN(parts.pt, PtCapture::open(options.pt, target.vm, target.monitor, target.label,
+                                                options.out_dir + "/pt-hw", options.pt_config));
   parts.channel_path = target.vm.channel;
   parts.qemu_pid = target.vm.pid;
   return open(std::move(parts), target, options);

@@ -19,11 +19,16 @@
 #include <vector>
 
 #include "kthost/common/result.h"
+#include "kthost/common/system_roots.h"
 #include "kthost/pt/aux_ring.h"
 #include "kthost/pt/config.h"
 #include "kthost/vm/monitor.h"
+#include "kthost/vm/vm_description.h"
 
 namespace kt {
+
+enum class PtChoice { Auto, Hardware, Software, None };
+Result<PtChoice> parse_pt_choice(const std::string& text);  // auto, hardware, software, none
 
 class PtHardwareSource;
 
@@ -38,6 +43,15 @@ class PtCapture {
  public:
   using Sink = std::function<Status(uint32_t cpu, const uint8_t* data, size_t len)>;
 
+  // The source for `choice`: hardware where this machine has everything for
+  // it (kthost doctor's checks, under `roots`) and the guest runs under KVM;
+  // else the TCG plugin where the guest's QEMU runs it (vm.pt_plugin_out and
+  // _trigger); else an error naming why neither. None: a null capture.
+  // `monitor` (QMP) is needed for hardware only; `work_dir` holds its streams.
+  static Result<std::unique_ptr<PtCapture>> open(PtChoice choice, const VmDescription& vm, Monitor* monitor,
+                                                 const std::string& label, const std::string& work_dir,
+                                                 const PtConfig& config,
+                                                 const SystemRoots& roots = live_system_roots());
   static Result<std::unique_ptr<PtCapture>> software(const std::string& out_dir, const std::string& trigger, int vcpus);
   // Errors: those of PtHardwareSource::open_system (Unsupported where there is no intel_pt).
   static Result<std::unique_ptr<PtCapture>> hardware(Monitor& monitor, const std::string& work_dir,

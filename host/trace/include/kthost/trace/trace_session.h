@@ -27,6 +27,7 @@
 
 #include "kthost/common/result.h"
 #include "kthost/introspect/backends.h"
+#include "kthost/capture/pt_capture.h"
 #include "kthost/introspect/kernel_layout.h"
 #include "kthost/pt/config.h"
 #include "kthost/trace/trace_summary.h"
@@ -44,8 +45,6 @@ struct TraceTarget {
   std::function<Status()> check_alive;
 };
 
-enum class PtChoice { Auto, Hardware, Software, None };
-Result<PtChoice> parse_pt_choice(const std::string& text);  // auto, hardware, software, none
 
 struct TraceOptions {
   std::string out_dir;
@@ -74,8 +73,6 @@ struct TraceProgress {
   uint64_t holds = 0, text_bytes = 0, pt_bytes = 0, lost = 0;
   std::string status_line() const;  // "   12s  events 340  pokes 26  holds 4  saved 1.2 MiB  PT 30 MiB  lost 0"
 };
-
-class PtCapture;
 
 // What a session runs on once the target is opened: open() finds them from
 // the target; tests (and front ends that find them their own way) pass them.
