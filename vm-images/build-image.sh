@@ -3,12 +3,22 @@
 #   OUTDIR/{vmlinuz, initrd.gz, System.map, config, manifest.json, modules/}
 #
 # usage: build-image.sh OUTDIR --guest-kit DIR [--cache DIR] [--ktguard FILE]
-#   --guest-kit DIR  holds the static ktexec, ktprobe and ktguest binaries
-#   --cache DIR      where downloaded .debs are kept (default OUTDIR/cache)
-#   --ktguard FILE   ktguard.ko (guest-kit/ktguard/build.sh), installed as
-#                    /lib/kthost-test/ktguard.ko; init loads it at boot
+#                      [--kernel SPEC | --kernel-tree DIR]
+#   --guest-kit DIR    holds the static ktexec, ktprobe and ktguest binaries
+#   --cache DIR        where downloaded .debs are kept (default OUTDIR/cache)
+#   --ktguard FILE     ktguard.ko (guest-kit/ktguard/build.sh), installed as
+#                      /lib/kthost-test/ktguard.ko; init loads it at boot
+#   --kernel SPEC      the guest kernel, from Debian's archive or a file:
+#                      a flavour (amd64, rt-amd64, cloud-amd64: its newest
+#                      ABI), an ABI with its flavour (6.1.0-47-amd64,
+#                      6.1.0-50-rt-amd64), or a local linux-image .deb.
+#                      Default: amd64
+#   --kernel-tree DIR  a kernel build tree instead, as a CI job that builds
+#                      kernels has it: arch/x86/boot/bzImage, the modules'
+#                      .ko files, include/config/kernel.release, .config,
+#                      System.map (and vmlinux, for kthost report --vmlinux)
 #
-# The kernel ABI is resolved at build time from linux-image-amd64: a pinned
+# A flavour's ABI is resolved at build time from linux-image-FLAVOUR: a pinned
 # ABI disappears from the archive. The output is reproducible for the same
 # packages and inputs (fixed mtimes, sorted cpio, gzip -n), and the build is
 # skipped when a stamp of all inputs matches.
@@ -19,13 +29,15 @@ export LC_ALL=C
 die() { echo "vm-image: error: $*" >&2; exit 1; }
 say() { echo "vm-image: $*"; }
 
-OUTDIR="" GUEST_KIT="" CACHE="" KTGUARD=""
+OUTDIR="" GUEST_KIT="" CACHE="" KTGUARD="" KERNEL=amd64 KTREE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --guest-kit) GUEST_KIT=${2:?--guest-kit needs a directory}; shift 2 ;;
     --cache) CACHE=${2:?--cache needs a directory}; shift 2 ;;
     --ktguard) KTGUARD=${2:?--ktguard needs a file}; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --kernel) KERNEL=${2:?--kernel needs a flavour, an ABI or a .deb}; shift 2 ;;
+    --kernel-tree) KTREE=${2:?--kernel-tree needs a directory}; shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     -*) die "unknown option $1" ;;
     *) [ -z "$OUTDIR" ] || die "more than one OUTDIR"; OUTDIR=$1; shift ;;
   esac
@@ -59,24 +71,43 @@ candidate_versions() {
     /^ *Candidate: / && $2 != "(none)" { print pkg, $2 }'
 }
 
+# The kernel package a SPEC names (see --kernel), "" when apt does not know it.
 resolve_kernel_package() {
-  apt-cache depends linux-image-amd64 2>/dev/null |
-    sed -n 's/^ *Depends: \(linux-image-[0-9][^ ]*-amd64\)$/\1/p' | head -n1
+  case $1 in
+    [0-9]*.*-*) apt-cache show "linux-image-$1" >/dev/null 2>&1 && echo "linux-image-$1" ;;
+    *) apt-cache depends "linux-image-$1" 2>/dev/null |
+         sed -n "s/^ *Depends: \(linux-image-[0-9][^ ]*-$1\)\$/\1/p" | head -n1 ;;
+  esac
 }
 
-KPKG=$(resolve_kernel_package)
-if [ -z "$KPKG" ]; then
-  say "linux-image-amd64 unknown to apt; running apt-get update"
-  apt-get update -qq || die "apt-get update failed"
-  KPKG=$(resolve_kernel_package)
-fi
-[ -n "$KPKG" ] || die "cannot resolve the kernel package from linux-image-amd64"
 BBPKG=busybox-static
-VERSIONS=$(candidate_versions "$KPKG" "$BBPKG")
-KVER=$(echo "$VERSIONS" | awk -v p="$KPKG" '$1 == p { print $2 }')
+KDEB_LOCAL="" KPKG="" KVER=""
+if [ -n "$KTREE" ]; then
+  KTREE=$(cd "$KTREE" && pwd) || die "--kernel-tree $KTREE: no such directory"
+  for f in arch/x86/boot/bzImage include/config/kernel.release .config System.map; do
+    [ -f "$KTREE/$f" ] || die "--kernel-tree $KTREE is not a built kernel tree: no $f"
+  done
+  KPKG=tree KVER=$(cat "$KTREE/include/config/kernel.release")
+elif [ "${KERNEL%.deb}" != "$KERNEL" ]; then
+  [ -f "$KERNEL" ] || die "--kernel $KERNEL: no such file"
+  KDEB_LOCAL=$(cd "$(dirname "$KERNEL")" && pwd)/$(basename "$KERNEL")
+  KPKG=$(dpkg-deb -f "$KDEB_LOCAL" Package) KVER=$(dpkg-deb -f "$KDEB_LOCAL" Version) ||
+    die "--kernel $KERNEL is not a Debian package"
+  case $KPKG in linux-image-*) ;; *) die "--kernel $KERNEL holds $KPKG, not a linux-image package" ;; esac
+else
+  KPKG=$(resolve_kernel_package "$KERNEL")
+  if [ -z "$KPKG" ]; then
+    say "kernel '$KERNEL' unknown to apt; running apt-get update"
+    apt-get update -qq || die "apt-get update failed"
+    KPKG=$(resolve_kernel_package "$KERNEL")
+  fi
+  [ -n "$KPKG" ] || die "the archive has no kernel '$KERNEL' (a flavour such as amd64 or rt-amd64, or an ABI such as 6.1.0-47-amd64; apt-cache search linux-image- lists them)"
+fi
+VERSIONS=$(candidate_versions $([ -n "$KTREE$KDEB_LOCAL" ] || echo "$KPKG") "$BBPKG")
+[ -n "$KTREE$KDEB_LOCAL" ] || KVER=$(echo "$VERSIONS" | awk -v p="$KPKG" '$1 == p { print $2 }')
 BBVER=$(echo "$VERSIONS" | awk -v p="$BBPKG" '$1 == p { print $2 }')
 [ -n "$KVER" ] && [ -n "$BBVER" ] || die "no candidate version for $KPKG or $BBPKG"
-say "kernel package $KPKG $KVER, $BBPKG $BBVER"
+say "kernel ${KTREE:+tree $KTREE, release }$KPKG $KVER, $BBPKG $BBVER"
 
 STAMP_TEXT=$(
   echo "script $(sha "$0")"
@@ -85,6 +116,9 @@ STAMP_TEXT=$(
   echo "ktprobe $(sha "$GUEST_KIT/ktprobe")"
   echo "ktguest $(sha "$GUEST_KIT/ktguest")"
   [ -z "$KTGUARD" ] || echo "ktguard $(sha "$KTGUARD")"
+  echo "kernel $KERNEL tree ${KTREE:-none}"
+  if [ -n "$KTREE" ]; then echo "tree $(sha "$KTREE/arch/x86/boot/bzImage")"
+  elif [ -n "$KDEB_LOCAL" ]; then echo "deb $(sha "$KDEB_LOCAL")"; fi
   echo "package $KPKG $KVER"
   echo "package $BBPKG $BBVER"
   echo "epoch ${SOURCE_DATE_EPOCH:-package}"
@@ -115,21 +149,38 @@ fetch_deb() {
   fetch_deb "$pkg" "$ver"
 }
 
-KDEB=$(fetch_deb "$KPKG" "$KVER")
 BBDEB=$(fetch_deb "$BBPKG" "$BBVER")
-
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/kthost-vm-image.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-say "extracting packages"
-dpkg-deb -x "$KDEB" "$WORK/kernel"
 dpkg-deb -x "$BBDEB" "$WORK/busybox"
-
-RELEASE=$(ls "$WORK/kernel/lib/modules")
-[ "$(echo "$RELEASE" | wc -l)" = 1 ] || die "expected one kernel release in $KDEB, got: $RELEASE"
-KDIR=$WORK/kernel/lib/modules/$RELEASE/kernel
-[ -f "$WORK/kernel/boot/vmlinuz-$RELEASE" ] || die "no vmlinuz-$RELEASE in $KDEB"
+if [ -n "$KTREE" ]; then
+  # The tree's files laid out as a package would have them; modules are
+  # looked up in the tree itself.
+  RELEASE=$KVER
+  mkdir -p "$WORK/kernel/boot"
+  cp "$KTREE/arch/x86/boot/bzImage" "$WORK/kernel/boot/vmlinuz-$RELEASE"
+  cp "$KTREE/System.map" "$WORK/kernel/boot/System.map-$RELEASE"
+  cp "$KTREE/.config" "$WORK/kernel/boot/config-$RELEASE"
+  KDIR=$KTREE
+  BUILTIN=$KTREE/modules.builtin
+  KDEB=""
+else
+  KDEB=${KDEB_LOCAL:-$(fetch_deb "$KPKG" "$KVER")}
+  say "extracting $KPKG"
+  dpkg-deb -x "$KDEB" "$WORK/kernel"
+  RELEASE=$(ls "$WORK/kernel/lib/modules")
+  [ "$(echo "$RELEASE" | wc -l)" = 1 ] || die "expected one kernel release in $KDEB, got: $RELEASE"
+  KDIR=$WORK/kernel/lib/modules/$RELEASE/kernel
+  BUILTIN=$WORK/kernel/lib/modules/$RELEASE/modules.builtin
+fi
+[ -f "$WORK/kernel/boot/vmlinuz-$RELEASE" ] || die "no vmlinuz-$RELEASE in ${KDEB:-$KTREE}"
 EPOCH=${SOURCE_DATE_EPOCH:-$(stat -c %Y "$WORK/kernel/boot/vmlinuz-$RELEASE")}
 say "kernel release $RELEASE, SOURCE_DATE_EPOCH $EPOCH"
+
+# Built into this kernel (modules.builtin lists kernel/.../NAME.ko): nothing to load.
+builtin() {
+  [ -f "$BUILTIN" ] && grep -Eq "/($1|$(echo "$1" | tr _ -))\.ko\$" "$BUILTIN"
+}
 
 # Module file for a module name (depends= uses '_', some files use '-').
 module_file() {
@@ -138,7 +189,7 @@ module_file() {
   if [ -z "$f" ] && find "$KDIR" -name "$1.ko.*" | grep -q .; then
     die "module $1 is compressed; this script handles plain .ko only"
   fi
-  [ -n "$f" ] || die "module $1 not found in $KPKG"
+  [ -n "$f" ] || die "module $1 is neither a module nor built into $KPKG $KVER"
   echo "$f"
 }
 module_depends() {
@@ -151,6 +202,7 @@ VISITING=""
 visit() {
   local mod=$1 dep
   case " $ORDER " in *" $mod "*) return 0 ;; esac
+  builtin "$mod" && return 0
   case " $VISITING " in *" $mod "*) die "module dependency cycle at $mod" ;; esac
   VISITING="$VISITING $mod"
   for dep in $(module_depends "$mod"); do visit "$dep"; done
@@ -159,10 +211,17 @@ visit() {
 for mod in $WANTED_MODULES; do visit "$mod"; done
 ORDER=${ORDER# }
 say "module load order: $ORDER"
+MISSING_TEST_MODULES=""
 for mod in $TEST_MODULES; do
+  if builtin "$mod" || ! find "$KDIR" -name "$mod.ko" | grep -q .; then
+    say "note: this kernel has no loadable $mod.ko; tests that load it cannot run on this image"
+    MISSING_TEST_MODULES="$MISSING_TEST_MODULES $mod"
+    continue
+  fi
   deps=$(module_depends "$mod")
   [ -z "$deps" ] || die "test module $mod depends on '$deps'; pick a self-contained one"
 done
+for mod in $MISSING_TEST_MODULES; do TEST_MODULES=$(echo " $TEST_MODULES " | sed "s/ $mod / /;s/^ //;s/ \$//"); done
 
 say "assembling the initramfs"
 ROOT=$WORK/root
@@ -175,6 +234,7 @@ install -m 755 "$WORK/busybox/bin/busybox" "$ROOT/bin/busybox"
 done
 install -m 755 "$GUEST_KIT/ktexec" "$GUEST_KIT/ktprobe" "$GUEST_KIT/ktguest" "$ROOT/usr/bin/"
 install -m 755 "$HERE/init" "$ROOT/init"
+: >"$ROOT/lib/modules/$RELEASE/kthost/load-order"  # empty when all of them are built in
 for mod in $ORDER; do
   install -m 644 "$(module_file "$mod")" "$ROOT/lib/modules/$RELEASE/kthost/$mod.ko"
   echo "$mod" >>"$ROOT/lib/modules/$RELEASE/kthost/load-order"
@@ -204,10 +264,11 @@ if [ "$(wc -l <"$NEW/System.map")" -lt 1000 ]; then
   SYSTEM_MAP_PLACEHOLDER=true
   say "note: System.map is Debian's placeholder; read symbols from the guest's /proc/kallsyms"
 fi
-cp "$ROOT/lib/modules/$RELEASE/kthost/"*.ko "$ROOT/lib/kthost-test/"*.ko "$NEW/modules/"
+find "$ROOT/lib/modules/$RELEASE/kthost" "$ROOT/lib/kthost-test" -name '*.ko' -exec cp {} "$NEW/modules/" \;
 
 say "writing manifest.json"
-SYSTEM_MAP_PLACEHOLDER=$SYSTEM_MAP_PLACEHOLDER python3 - "$NEW" "$RELEASE" "$EPOCH" "$ORDER" "$TEST_MODULES" "$GUEST_KIT" "$KDEB" "$BBDEB" <<'PY'
+SYSTEM_MAP_PLACEHOLDER=$SYSTEM_MAP_PLACEHOLDER KERNEL_SOURCE=${KTREE:+tree $KTREE} \
+python3 - "$NEW" "$RELEASE" "$EPOCH" "$ORDER" "$TEST_MODULES" "$GUEST_KIT" $KDEB "$BBDEB" <<'PY'
 import hashlib, json, os, subprocess, sys
 out, release, epoch, order, test, kit = sys.argv[1:7]
 debs = sys.argv[7:]
@@ -231,6 +292,7 @@ manifest = {
     "source_date_epoch": int(epoch),
     "packages": [{"name": field(d, "Package"), "version": field(d, "Version"),
                   "architecture": field(d, "Architecture"), "deb_sha256": sha(d)} for d in debs],
+    "kernel_source": os.environ.get("KERNEL_SOURCE") or "package",
     "system_map_placeholder": os.environ["SYSTEM_MAP_PLACEHOLDER"] == "true",
     "modules": {"load_order": order.split(), "test": test.split()},
     "guest_kit": {t: sha(os.path.join(kit, t)) for t in ("ktexec", "ktprobe", "ktguest")},

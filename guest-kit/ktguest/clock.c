@@ -168,7 +168,7 @@ long ktg_encode_hello(void) {
   static uint32_t cpus[KTG_MAX_CPUS];
   struct ktp_hello h;
   memset(&h, 0, sizeof h);
-  h.proto_minor = 0;
+  h.proto_minor = KTP_PROTO_MINOR;
   h.cpu_count = ktg_perf_cpus(cpus, KTG_MAX_CPUS);
   h.boot_time_ns = ktg_perf_now();
   h.session = C.session;

@@ -79,15 +79,25 @@ int ktg_guard_timing_json(char *out, size_t size) {
   return b < 0 ? b : a + 1 + b;
 }
 
+/* Tells the host whether frees are held (GUARD_STATE), ahead of queued events. */
+static void send_state(uint32_t state, const char *reason) {
+  struct ktp_guard_state m = {ktg_perf_now(), state, {reason, (uint16_t)strnlen(reason, KTP_MAX_STRING)}};
+  ktg_enqueue(KTG_LANE_URGENT, ktp_encode_guard_state(ktg_scratch(), KTP_MAX_FRAME, 0, &m));
+}
+
 void ktg_guard_start(void) {
   if (G.fd >= 0) return;
   G.fd = open(KTGUARD_DEVICE, O_RDWR | O_NONBLOCK | O_CLOEXEC);
   if (G.fd < 0) {
-    if (!G.warned_absent)
-      ktg_log("%s: %s; frees of kernel text are not held (best effort)", KTGUARD_DEVICE, strerror(errno));
+    char why[160];
+    snprintf(why, sizeof why, "open %s: %s (is ktguard loaded? it is built per kernel)", KTGUARD_DEVICE,
+             strerror(errno));
+    if (!G.warned_absent) ktg_log("%s; frees of kernel text are not held (best effort)", why);
     G.warned_absent = 1;
+    send_state(KTP_GUARD_ABSENT, why);
     return;
   }
+  send_state(KTP_GUARD_ON, "");
   G.warned_absent = 0;
   G.wake.n = G.relay.n = 0; /* timings describe this session's host */
   /* A freeing context now waits on this process: run it ahead of ordinary
@@ -121,6 +131,7 @@ void ktg_guard_read(void) {
     if (n <= 0) {
       ktg_log("read %s: %s", KTGUARD_DEVICE, n < 0 ? strerror(errno) : "end of file");
       ktg_guard_stop("device read failed");
+      send_state(KTP_GUARD_OFF, "reading /dev/ktguard failed: frees are no longer held");
       return;
     }
     size_t count = (size_t)n / sizeof buf[0];

@@ -84,6 +84,15 @@ KTP_PAYLOADS(KTP_DECL_PAYLOAD)
 
 enum ktp_state_reason { KTP_STATE_START = 1, KTP_STATE_RECONNECT = 2 };
 
+/* GUARD_STATE: whether the guest's frees of kernel text are held. */
+enum ktp_guard_mode {
+  KTP_GUARD_ON = 1,     /* ktguard is open: frees wait for the host */
+  KTP_GUARD_ABSENT = 2, /* the host asked for it, but ktguard cannot be opened (not loaded, no such kernel) */
+  KTP_GUARD_OFF = 3     /* it was on and stopped (device error, host gone) */
+};
+/* proto_minor 1: GUARD_STATE exists. */
+#define KTP_PROTO_MINOR 1u
+
 /* GUARD_ACK status. */
 enum ktp_hold_status { KTP_HOLD_SAVED = 0, KTP_HOLD_NOT_SAVED = 1 };
 

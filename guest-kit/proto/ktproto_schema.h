@@ -144,10 +144,15 @@
 
 #define KTP_PAYLOAD_error(F) F(STR, message, _)
 
+#define KTP_PAYLOAD_guard_state(F)                           \
+  F(U64, time, _)                                            \
+  F(U32, state, _)  /* enum ktp_guard_mode */               \
+  F(STR, reason, _) /* why, for ABSENT and OFF ("" for ON) */
+
 #define KTP_PAYLOADS(P)                                                                             \
   P(hello) P(hello_ack) P(state_begin) P(state_symbols) P(module) P(bpf_prog) P(cpus) P(state_end) \
   P(ksymbol) P(bpf_event) P(text_poke) P(lost) P(guard_notice) P(guard_ack) P(heartbeat)           \
-  P(clock_change) P(error)
+  P(clock_change) P(error) P(guard_state)
 
 /* ---- messages ----
  * M(NAME, type number, function name, payload, sender). Sender: GUEST, HOST or
@@ -172,6 +177,7 @@
   M(HEARTBEAT, 17, heartbeat, heartbeat, GUEST)                    \
   M(CLOCK, 18, clock, clock_change, GUEST)                         \
   M(ERROR, 19, error, error, EITHER)                               \
-  M(HOST_HELLO, 20, host_hello, hello_ack, HOST)
+  M(HOST_HELLO, 20, host_hello, hello_ack, HOST)                   \
+  M(GUARD_STATE, 21, guard_state, guard_state, GUEST) /* minor 1 */
 
 #endif

@@ -105,21 +105,22 @@ done
 echo
 echo "over $RUNS runs: min / median / max"
 awk '
-  function mmm(v, n,   i, j, t) {   # sorts v[1..n]; "min / median / max"
+  function mmm(v, n, fmt,   i, j, t, med) {   # sorts v[1..n] as numbers; "min / median / max"
     for (i = 2; i <= n; i++) { t = v[i]; for (j = i - 1; j >= 1 && v[j] > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
-    return sprintf("%s / %s / %s", v[1], (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2, v[n])
+    med = (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+    return sprintf(fmt " / " fmt " / " fmt, v[1], med, v[n])
   }
   function show(label, col, fmt,   c, i, n, v) {
     for (c = 1; c <= 4; c++) {
       n = 0
-      for (i = 1; i <= rows; i++) if (kind[i] == cases[c] && f[i, col] != "-") v[++n] = sprintf(fmt, f[i, col])
-      if (n) printf("  %-26s %-8s %s\n", label, cases[c], mmm(v, n))
+      for (i = 1; i <= rows; i++) if (kind[i] == cases[c] && f[i, col] != "-") v[++n] = f[i, col] + 0
+      if (n) printf("  %-26s %-8s %s\n", label, cases[c], mmm(v, n, fmt))
     }
   }
   function ratio(label, col, a, b,   r, i, n, v) {
     n = 0
-    for (r = 1; r <= runs; r++) v[++n] = sprintf("%.2f", val[a, r, col] / val[b, r, col])
-    printf("  %-44s %sx\n", label, mmm(v, n))
+    for (r = 1; r <= runs; r++) v[++n] = val[a, r, col] / val[b, r, col]
+    printf("  %-44s %sx\n", label, mmm(v, n, "%.2f"))
   }
   BEGIN { split("detached traced channel word", cases, " ") }
   { rows++; kind[rows] = $1; for (i = 3; i <= 10; i++) { f[rows, i] = $i; val[$1, $2, i] = $i } if ($2 > runs) runs = $2 }

@@ -73,6 +73,7 @@ std::vector<Case> every_type() {
   static ktp_heartbeat hb;
   static ktp_clock_change clock;
   static ktp_error err;
+  static ktp_guard_state gstate;
 
   std::vector<Case> cases;
   auto add = [&](std::function<long(uint8_t*, size_t)> enc, std::function<int(const ktp_frame*)> parse) {
@@ -135,6 +136,9 @@ std::vector<Case> every_type() {
   const ktp_error in_err{name};
   add([&](uint8_t* p, size_t c) { return ktp_encode_error(p, c, 0, &in_err); },
       [](auto f) { return ktp_parse_error(f, &err); });
+  const ktp_guard_state in_gstate{1, KTP_GUARD_ABSENT, name};
+  add([&](uint8_t* p, size_t c) { return ktp_encode_guard_state(p, c, 0, &in_gstate); },
+      [](auto f) { return ktp_parse_guard_state(f, &gstate); });
   return cases;
 }
 

@@ -20,6 +20,7 @@
 #include "kthost/common/fd.h"
 #include "kthost/common/io.h"
 #include "kthost/trace/trace_session.h"
+#include "kthost_shared.h"
 #include "ktproto.h"
 
 namespace kt {
@@ -197,6 +198,41 @@ TEST_F(TraceSessionTest, AHoldIsAnsweredWithoutTheMainThreadAndItsTextReachesThe
   auto holds = read_file((dir_ / "bundle" / "holds.jsonl").string());
   ASSERT_TRUE(holds);
   EXPECT_NE(holds->find("\"id\":9"), std::string::npos) << *holds;
+}
+
+// A guest whose ktguard cannot be opened says so (GUARD_STATE absent): the
+// session copies unloaded text best effort from then on, and the summary
+// and the one-line summary say why.
+TEST_F(TraceSessionTest, AGuestWithoutItsGuardGetsBestEffortCopiesAndSaysWhy) {
+  auto session = open();
+  ASSERT_TRUE(session);
+  helper_->hello_and_state_dump();
+  ASSERT_TRUE(session->wait_ready(5s));
+  ktp_guard_state absent{25, KTP_GUARD_ABSENT, {"open /dev/ktguard: No such file", 31}};
+  helper_->send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_guard_state(b, c, s, &absent); });
+  // A BPF image registered, then unregistered while its bytes are still there:
+  // best effort copies it again on the way out.
+  ktp_ksymbol reg{30, 0, kBase + 256, 128, 1, 0, {"bpf_prog_x", 10}};
+  helper_->send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_ksymbol(b, c, s, &reg); });
+  ktp_ksymbol unreg{31, 0, kBase + 256, 128, 1, 1, {"bpf_prog_x", 10}};
+  helper_->send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_ksymbol(b, c, s, &unreg); });
+  for (int i = 0; i < 10; ++i) session->step(50ms);
+  auto sum = session->finish("test done");
+  ASSERT_TRUE(sum) << sum.error().message;
+  EXPECT_EQ(sum->guest_guard, "absent: open /dev/ktguard: No such file");
+  EXPECT_NE(sum->one_line().find("guest guard absent"), std::string::npos) << sum->one_line();
+  EXPECT_EQ(sum->saver.unregister_copies, 1u);
+  auto bundle = read_bundle((dir_ / "bundle").string());
+  ASSERT_TRUE(bundle) << bundle.error().message;
+  size_t unregistered = 0;
+  for (const auto& r : bundle->text.records)
+    if (r.source == TextSource::Unregister && r.start == kBase + 256) {
+      ++unregistered;
+      EXPECT_EQ(r.kind, KTHOST_TEXT_KSYMBOL_BPF);
+      ASSERT_EQ(r.bytes.size(), 128u);
+      EXPECT_EQ(r.bytes[0], static_cast<uint8_t>(256 * 13 + 1));
+    }
+  EXPECT_EQ(unregistered, 1u);
 }
 
 // A guest that reports losses and then goes away: the session ends by

@@ -19,7 +19,7 @@ namespace kt::test {
 
 std::string image_dir() {
   const char* env = std::getenv("KTHOST_IMAGE_DIR");
-  return env ? env : KT_IMAGE_DIR;
+  return env && *env ? env : KT_IMAGE_DIR;
 }
 std::string kthost_binary() { return KT_KTHOST_BINARY; }
 std::string launcher() { return std::string(KT_SOURCE_DIR) + "/vm-images/ktvm"; }

@@ -132,14 +132,16 @@ class UnloadRace : public ::testing::Test {
 
   // Starts `kthost trace` and waits until ktguest has the guard open (or,
   // with --no-guard, until the session is up).
-  static std::unique_ptr<Background> start_trace(const std::string& dir, bool guard) {
+  // Starts kthost trace and waits until ktguest reports `ready` (by default:
+  // its guard open when `guard`, else connected).
+  static std::unique_ptr<Background> start_trace(const std::string& dir, bool guard, std::string ready = "") {
     vm_->release_channels();
     std::vector<std::string> argv = {kthost_binary(), "trace", "--vm", vm_->vm_json(), "-o", dir, "--pt", "none"};
     if (!guard) argv.push_back("--no-guard");
     auto bg = Background::start(argv, dir + ".log");
     EXPECT_TRUE(bg) << bg.error().message;
     if (!bg) return nullptr;
-    std::string want = guard ? "\"guard_open\":1" : "\"connected\":1";
+    std::string want = !ready.empty() ? ready : guard ? "\"guard_open\":1" : "\"connected\":1";
     for (int i = 0; i < 120; ++i) {
       auto st = vm_->check("cat /run/ktguest.stats");
       if (st && st->find(want) != std::string::npos) return std::move(*bg);
@@ -371,6 +373,32 @@ TEST_F(UnloadRace, WithoutTheGuardTheRaceShows) {
   EXPECT_GE(same + differ, static_cast<int>(progs.size()) / 2) << "most unloads got no unregister copy at all";
   EXPECT_GE(int3, 1) << "the race did not show: no unregister copy holds the int3 fill of freed text";
   EXPECT_GE(summary.value("unloads_lost", 0), 1) << "kthost did not count any unload as lost";
+}
+
+// A guest without ktguard (not loaded, or built for another kernel): kthost
+// trace asks for the guard, ktguest answers GUARD_STATE absent with the
+// reason, and the host falls back to best effort by itself: unregister
+// copies, losses counted, and both the notice and the summary say why.
+TEST_F(UnloadRace, AGuestWithoutKtguardFallsBackToBestEffortAndSaysWhy) {
+  ASSERT_TRUE(vm_->check("rmmod ktguard"));
+  std::string dir = vm_->state_dir() + "/trace-absent";
+  auto trace = start_trace(dir, true, "\"connected\":1");
+  ASSERT_NE(trace, nullptr);
+  auto bpf = vm_->check("ktprobe bpf-stress --count 100 --kinds socket,xdp --out /tmp/bpf4.txt",
+                        std::chrono::seconds(300));
+  EXPECT_TRUE(bpf) << bpf.error().message;
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  auto summary = stop_trace(*trace, dir);
+  const std::string log = trace->log();
+  EXPECT_TRUE(vm_->check("insmod /lib/kthost-test/ktguard.ko"));
+  std::printf("kthost trace, guest without ktguard: %s\n", summary.dump().c_str());
+  EXPECT_TRUE(summary.value("guard", false));
+  EXPECT_EQ(summary.value("guest_guard", "").rfind("absent: open /dev/ktguard", 0), 0u) << summary.dump();
+  EXPECT_EQ(summary.value("holds", 1), 0);
+  EXPECT_GE(summary.value("unloads_seen", 0), 100);
+  EXPECT_GE(summary.value("unregister_copies", 0), 1) << "no best-effort copy was taken";
+  EXPECT_NE(log.find("the guest's guard is absent"), std::string::npos) << log;
+  EXPECT_NE(log.find("guest guard absent"), std::string::npos) << "the one-line summary does not say it: " << log;
 }
 
 TEST_F(UnloadRace, KillingKthostNeverHangsTheGuest) {

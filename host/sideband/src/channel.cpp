@@ -20,7 +20,7 @@ Result<SidebandChannel> SidebandChannel::connect(const std::string& socket_path,
   // Announce this connection: the guest's port may not have noticed that the
   // previous host left and this one arrived.
   uint8_t frame[KTP_HEADER_SIZE + 16];
-  ktp_hello_ack hello{0, ch.ack_flags_};
+  ktp_hello_ack hello{KTP_PROTO_MINOR, ch.ack_flags_};
   long len = ktp_encode_host_hello(frame, sizeof frame, ch.tx_seq_++, &hello);
   if (len < 0) return Error(ErrorCode::Protocol, "encode HOST_HELLO failed");
   KT_TRY(ch.send_frame(frame, static_cast<size_t>(len)));
@@ -73,7 +73,7 @@ Result<std::vector<SidebandEvent>> SidebandChannel::poll(std::chrono::millisecon
       // Every HELLO starts a connection from the guest's point of view: answer it.
       tx_seq_ = 0;
       uint8_t frame[KTP_HEADER_SIZE + 16];
-      ktp_hello_ack ack{0, ack_flags_};
+      ktp_hello_ack ack{KTP_PROTO_MINOR, ack_flags_};
       long len = ktp_encode_hello_ack(frame, sizeof frame, tx_seq_++, &ack);
       if (len < 0) return Error(ErrorCode::Protocol, "encode HELLO_ACK failed");
       KT_TRY(send_frame(frame, static_cast<size_t>(len)));

@@ -224,6 +224,9 @@ void SidebandDecoder::on_message(const ktp_message& msg, SidebandEvent ev, uint6
     case KTP_ERROR:
       emit(0, ErrorEvent{to_string(msg.u.error.message)});
       return;
+    case KTP_GUARD_STATE:
+      emit(msg.u.guard_state.time, GuardStateEvent{msg.u.guard_state.state, to_string(msg.u.guard_state.reason)});
+      return;
     case KTP_HELLO_ACK:
     case KTP_GUARD_ACK:
     case KTP_HOST_HELLO:

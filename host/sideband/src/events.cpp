@@ -5,6 +5,7 @@
 
 #include "kthost/common/strings.h"
 #include "kthost_shared.h"
+#include "ktproto.h"
 
 namespace kt {
 
@@ -32,15 +33,25 @@ struct KindVisitor {
   const char* operator()(const ClockEvent&) const { return "clock"; }
   const char* operator()(const StateDumpEvent&) const { return "state_dump"; }
   const char* operator()(const ErrorEvent&) const { return "error"; }
+  const char* operator()(const GuardStateEvent&) const { return "guard_state"; }
 };
+
+const char* guard_state_name(uint32_t state) {
+  switch (state) {
+    case KTP_GUARD_ON: return "on";
+    case KTP_GUARD_ABSENT: return "absent";
+    case KTP_GUARD_OFF: return "off";
+  }
+  return "unknown";
+}
 
 const char* lost_kind_name(uint32_t kind) {
   switch (kind) {
-    case 1: return "perf-ring";
-    case 2: return "queue";
-    case 3: return "guard-miss";
-    case 4: return "module-race";
-    case 5: return "unguarded";
+    case KTP_LOST_PERF_RING: return "perf-ring";
+    case KTP_LOST_QUEUE: return "queue";
+    case KTP_LOST_GUARD_TIMEOUT: return "guard-miss";
+    case KTP_LOST_MODULE_RACE: return "module-race";
+    case KTP_LOST_GUARD_UNGUARDED: return "unguarded";
   }
   return "unknown";
 }
@@ -93,6 +104,8 @@ std::string describe(const SidebandEvent& ev) {
           return head + (b.reason == 2 ? " reconnect" : " start") + " symbols=" + std::to_string(b.symbols) +
                  " modules=" + std::to_string(b.modules) + " bpf=" + std::to_string(b.bpf_progs) +
                  " cpus=" + std::to_string(b.cpus);
+        else if constexpr (std::is_same_v<T, GuardStateEvent>)
+          return head + " " + guard_state_name(b.state) + (b.reason.empty() ? "" : ": " + b.reason);
         else
           return head + " " + b.message;
       },
@@ -160,6 +173,9 @@ std::string to_json(const SidebandEvent& ev) {
           j["modules"] = b.modules;
           j["bpf_progs"] = b.bpf_progs;
           j["cpus"] = b.cpus;
+        } else if constexpr (std::is_same_v<T, GuardStateEvent>) {
+          j["state"] = guard_state_name(b.state);
+          if (!b.reason.empty()) j["reason"] = b.reason;
         } else {
           j["message"] = b.message;
         }

@@ -20,6 +20,7 @@
 #include "kthost/trace/sideband_reader.h"
 #include "kthost/trace/tsc_offset_estimator.h"
 #include "kthost_shared.h"
+#include "ktproto.h"
 
 namespace kt {
 
@@ -86,6 +87,7 @@ struct TraceSession::State {
   EventLog log;
   uint64_t text_records = 0, text_bytes = 0;
   bool have_symbols = false;
+  std::string guest_guard = "unknown";
   Clock::time_point start, last_flush;
   std::string end_reason;
   bool ended = false, failed = false;
@@ -118,6 +120,7 @@ struct TraceSession::State {
     if (guard) guard->answer(ev, n, ack);
   }
   void handle_batches(std::vector<SidebandBatch> batches);
+  void on_guard_state(const GuardStateEvent& g);
   void handle(const SidebandEvent& ev, uint64_t received_tsc);
   void store_pending_texts();
   void once_a_second();
@@ -133,6 +136,7 @@ void TraceSession::State::handle_batches(std::vector<SidebandBatch> batches) {
 }
 
 void TraceSession::State::handle(const SidebandEvent& ev, uint64_t received_tsc) {
+  if (const auto* g = std::get_if<GuardStateEvent>(&ev.body)) on_guard_state(*g);
   if (!std::holds_alternative<GuardNoticeEvent>(ev.body)) {  // holds were answered on the reader thread
     std::lock_guard<std::mutex> lock(saver_mu);
     saver->on_event(ev);
@@ -145,6 +149,22 @@ void TraceSession::State::handle(const SidebandEvent& ev, uint64_t received_tsc)
     (void)bundle->write_whole_file("kallsyms", kallsyms_text(*view.state));
     (void)bundle->write_whole_file("modules", modules_text(*view.state));
   }
+}
+
+// The guest says whether its frees are held. Without ktguard (not loaded, or
+// not built for this kernel) unloads are copied best effort from now on, and
+// what comes too late is counted as lost.
+void TraceSession::State::on_guard_state(const GuardStateEvent& g) {
+  const bool on = g.state == KTP_GUARD_ON;
+  std::string now = on ? "on" : (g.state == KTP_GUARD_ABSENT ? "absent" : "off") + (": " + g.reason);
+  if (now == guest_guard) return;
+  guest_guard = now;
+  if (!options.guard) return;
+  {
+    std::lock_guard<std::mutex> lock(saver_mu);
+    saver->set_guard(on);
+  }
+  if (!on) notice("the guest's guard is " + now + ": unloaded text is copied best effort, and what is gone is counted");
 }
 
 void TraceSession::State::store_pending_texts() {
@@ -296,6 +316,7 @@ Result<TraceSummary> TraceSession::finish(const std::string& reason) {
   if (s.guard) s.guard->flush();  // the reader has stopped: no lock needed
   sum.end_reason = s.end_reason;
   sum.guard = s.options.guard;
+  sum.guest_guard = s.guest_guard;
   sum.events = s.log.size();
   sum.text_pokes = s.log.count("text_poke");
   sum.ksymbols = s.log.count("ksymbol");

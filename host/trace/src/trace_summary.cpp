@@ -11,6 +11,7 @@ nlohmann::json TraceSummary::to_json() const {
       {"seconds", seconds},
       {"end", end_reason},
       {"guard", guard},
+      {"guest_guard", guest_guard},
       {"events", events},
       {"text_pokes", text_pokes},
       {"ksymbols", ksymbols},
@@ -43,7 +44,10 @@ std::string TraceSummary::one_line() const {
                 seconds, static_cast<unsigned long>(events), static_cast<unsigned long>(holds.holds),
                 holds.host_us_max, static_cast<unsigned long>(text_records), human_bytes(text_bytes).c_str(),
                 static_cast<unsigned long>(saver.unloads_seen));
-  return std::string(head) + "; PT " + pt_source + " " + human_bytes(pt_bytes) + "; " + losses.describe() + " (" +
+  std::string guard_note;
+  if (guard && guest_guard != "on" && guest_guard != "unknown")
+    guard_note = "; guest guard " + guest_guard + " (unloads copied best effort)";
+  return std::string(head) + guard_note + "; PT " + pt_source + " " + human_bytes(pt_bytes) + "; " + losses.describe() + " (" +
          end_reason + ")";
 }
 

@@ -71,6 +71,11 @@ class TextSaver {
   // waiting for the channel ack (which the caller still sends).
   void set_ack_word_writer(WordWriter writer) { word_writer_ = std::move(writer); }
 
+  // Whether ktguard holds the guest's frees (GUARD_STATE): when it does not,
+  // loads keep a copy and unloads are copied best effort, losses counted.
+  void set_guard(bool guard) { guard_ = guard; }
+  bool guard() const { return guard_; }
+
   // Saves a GUARD_NOTICE's range; returns the hold (status for the ack).
   HoldRecord on_guard_notice(const SidebandEvent& ev, const GuardNoticeEvent& notice);
   // Everything else: load copies, and best-effort unload copies.

@@ -71,9 +71,14 @@ struct StateDumpEvent {  // one complete STATE_BEGIN..STATE_END
 struct ErrorEvent {
   std::string message;
 };
+struct GuardStateEvent {  // whether the guest's frees of kernel text are held
+  uint32_t state = 0;     // enum ktp_guard_mode: 1 on, 2 absent, 3 off
+  std::string reason;
+};
 
 using EventBody = std::variant<HelloEvent, KsymbolEvent, BpfEvent, TextPokeEvent, ModuleEvent, LostEvent,
-                               GuardNoticeEvent, HeartbeatEvent, ClockEvent, StateDumpEvent, ErrorEvent>;
+                               GuardNoticeEvent, HeartbeatEvent, ClockEvent, StateDumpEvent, ErrorEvent,
+                               GuardStateEvent>;
 
 struct SidebandEvent {
   uint64_t index = 0;  // position in the host's log

@@ -14,7 +14,10 @@ namespace kt {
 struct TraceSummary {
   double seconds = 0;
   std::string end_reason;
-  bool guard = false;
+  bool guard = false;  // the host answers holds (kthost trace without --no-guard)
+  // What the guest said of its guard (GUARD_STATE): "on", "absent: WHY",
+  // "off: WHY"; "unknown" when it said nothing (a helper older than minor 1).
+  std::string guest_guard = "unknown";
   uint64_t events = 0, text_pokes = 0, ksymbols = 0, module_loads = 0, module_unloads = 0;
   HoldTotals holds;
   TextSaverStats saver;
