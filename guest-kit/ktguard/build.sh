@@ -2,8 +2,11 @@
 # Builds ktguard.ko for the test image's kernel:
 #   OUTDIR/ktguard.ko
 #
-# usage: build.sh OUTDIR [--kdir DIR]
-#   --kdir DIR  a kernel build tree to use instead of the Debian headers
+# usage: build.sh OUTDIR [--kdir DIR | --release RELEASE]
+#   --kdir DIR         a kernel build tree to use instead of the Debian headers
+#   --release RELEASE  a Debian kernel's headers (6.1.0-47-amd64,
+#                      6.1.0-50-rt-amd64): linux-headers-RELEASE, installed
+#                      with apt-get when missing
 #
 # The kernel ABI is resolved like vm-images/build-image.sh does it, from
 # linux-image-amd64, and linux-headers-<abi>-amd64 is installed with apt-get
@@ -15,11 +18,12 @@ export LC_ALL=C
 die() { echo "ktguard: error: $*" >&2; exit 1; }
 say() { echo "ktguard: $*"; }
 
-OUTDIR="" KDIR=""
+OUTDIR="" KDIR="" RELEASE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --kdir) KDIR=${2:?--kdir needs a directory}; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    --release) RELEASE=${2:?--release needs a kernel release}; shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     -*) die "unknown option $1" ;;
     *) [ -z "$OUTDIR" ] || die "more than one OUTDIR"; OUTDIR=$1; shift ;;
   esac
@@ -32,7 +36,15 @@ resolve_abi() {
     sed -n 's/^ *Depends: linux-image-\([0-9][^ ]*\)-amd64$/\1/p' | head -n1
 }
 
-if [ -z "$KDIR" ]; then
+if [ -z "$KDIR" ] && [ -n "$RELEASE" ]; then
+  KDIR=/usr/src/linux-headers-$RELEASE
+  if [ ! -f "$KDIR/Module.symvers" ]; then
+    say "installing linux-headers-$RELEASE"
+    apt-get install -y -q "linux-headers-$RELEASE" >&2 ||
+      { apt-get update -qq && apt-get install -y -q "linux-headers-$RELEASE" >&2; } ||
+      die "cannot install linux-headers-$RELEASE: ktguard cannot be built for this kernel (the image can still be traced, best effort)"
+  fi
+elif [ -z "$KDIR" ]; then
   ABI=$(resolve_abi)
   if [ -z "$ABI" ]; then
     say "linux-image-amd64 unknown to apt; running apt-get update"
