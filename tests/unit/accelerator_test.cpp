@@ -10,13 +10,7 @@
 namespace kt {
 namespace {
 
-SystemRoots roots_of(const testing::TempTree& tree) {
-  SystemRoots r;
-  r.proc = tree.path("proc");
-  r.sys = tree.path("sys");
-  r.dev = tree.path("dev");
-  return r;
-}
+using testing::roots_of;
 
 // Only the first processor's flags count: cpu_flags adds a second one that
 // shows vmx and svm, which must change no answer below.

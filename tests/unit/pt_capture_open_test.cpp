@@ -10,13 +10,7 @@
 namespace kt {
 namespace {
 
-SystemRoots roots_of(const testing::TempTree& tree) {
-  SystemRoots r;
-  r.proc = tree.path("proc");
-  r.sys = tree.path("sys");
-  r.dev = tree.path("dev");
-  return r;
-}
+using testing::roots_of;
 
 // A FAKE AMD host: no PT at all.
 void make_amd_host(const testing::TempTree& tree) {

@@ -8,18 +8,11 @@
 namespace kt {
 namespace {
 
+using testing::roots_of;
+
 using testing::kPmuTree;
 using testing::make_intel_kvm_host;
 using testing::msr_file;
-
-SystemRoots roots_of(const testing::TempTree& tree, bool is_root) {
-  SystemRoots r;
-  r.proc = tree.path("proc");
-  r.sys = tree.path("sys");
-  r.dev = tree.path("dev");
-  r.is_root = is_root;
-  return r;
-}
 
 const RequirementCheck& find(const std::vector<RequirementCheck>& checks, const std::string& name) {
   for (const auto& c : checks)

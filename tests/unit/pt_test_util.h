@@ -10,6 +10,8 @@
 #include <fstream>
 #include <string>
 
+#include "kthost/common/system_roots.h"
+
 namespace kt::testing {
 
 class TempTree {
@@ -45,6 +47,16 @@ class TempTree {
  private:
   std::string root_;
 };
+
+// SystemRoots pointing at a fake host tree's proc, sys and dev.
+inline SystemRoots roots_of(const TempTree& tree, bool is_root = false) {
+  SystemRoots r;
+  r.proc = tree.path("proc");
+  r.sys = tree.path("sys");
+  r.dev = tree.path("dev");
+  r.is_root = is_root;
+  return r;
+}
 
 inline const std::string kPmuTree = std::string(KT_TEST_DATA_DIR) + "/intel_pt_sysfs";
 
