@@ -2,8 +2,6 @@
 
 #include "kthost/vm/ram_backing.h"
 
-#include <dirent.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -58,30 +56,6 @@ std::optional<int> pid_file_value(const std::string& uri, const std::string& nam
   auto v = parse_u64(trim(*text), 10);
   if (!v || *v == 0 || *v > 0x7fffffff) return std::nullopt;
   return static_cast<int>(*v);
-}
-
-// Is there an fd in QEMU `pid` for a memfd of exactly `ram_size` bytes?
-bool has_memfd_of_size(int pid, uint64_t ram_size) {
-  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return false;
-  bool found = false;
-  while (dirent* e = ::readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    std::string path = dir + "/" + e->d_name;
-    char target[512];
-    ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
-    if (n <= 0) continue;
-    target[n] = '\0';
-    struct stat st {};
-    if (starts_with(target, "/memfd:") && ::stat(path.c_str(), &st) == 0 &&
-        static_cast<uint64_t>(st.st_size) == ram_size) {
-      found = true;
-      break;
-    }
-  }
-  ::closedir(d);
-  return found;
 }
 
 std::string read_kernel_release(const std::string& image_dir) {
@@ -208,7 +182,7 @@ Result<LibvirtDomain> LibvirtDomain::open(const std::string& uri_in, const std::
       ram_problem = "the XML asks for a shared file backing, but " + path.error().message;
     }
   } else if (d.xml_.ram_backend == RamBackend::Memfd) {
-    if (has_memfd_of_size(pid, vm.ram_size))
+    if (find_memfd_backing(pid, vm.ram_size).ok())
       vm.ram_backend = RamBackend::Memfd;  // found again in /proc/<pid>/fd (kthost/vm/ram_backing.h)
     else
       ram_problem = "the XML asks for a shared memfd backing, but QEMU pid " + std::to_string(pid) +
