@@ -5,7 +5,8 @@
  *   queue.c    the bounded frame queue and the send order
  *   perf.c     per-CPU perf rings: open, drain, parse, CPU hotplug
  *   modules.c  module load/unload: tracepoints via perf, or /proc/modules polls
- *   state.c    the state dump (kallsyms, modules, BPF programs, CPUs)
+ *   state.c    the state dump (symbols, modules, BPF programs, CPUs)
+ *   symcache.c /proc/kallsyms, read while no host is connected, kept as frames
  *   clock.c    perf clock parameters, "perf clock now", kernel identity
  *
  * Single-threaded: everything runs from the poll loop, so nothing here locks.
@@ -134,6 +135,32 @@ void ktg_modules_poll(void); /* the fallback, from the 1 s timer */
 int ktg_modules_polling(void);
 /* Re-reads every module; returns the table and its size. */
 const struct ktg_module *ktg_modules_rescan(size_t *count);
+
+/* An encoded frame kept for later sending. */
+struct ktg_held {
+  uint8_t *data;
+  uint32_t len;
+};
+
+/* ---- symcache.c ---- */
+struct ktg_symcache_stats {
+  uint64_t reads;               /* complete reads of /proc/kallsyms */
+  uint64_t reads_in_session;    /* of them, reads that ran while a host was connected */
+  uint64_t refreshes_abandoned; /* refreshes given up for a session (it got the older read) */
+  uint64_t open_failures;
+  uint64_t last_read_ms;
+  uint32_t symbols;
+  int ready, stale;
+};
+void ktg_symcache_init(void);            /* starts the first read */
+int ktg_symcache_step(void);             /* a bounded slice of a read; 1 while more remains */
+int ktg_symcache_busy(void);             /* a read is under way */
+int ktg_symcache_ready(void);            /* a complete read is held */
+void ktg_symcache_host_arrived(void);    /* connect or session: a refresh in progress gives way */
+void ktg_symcache_module_changed(void);  /* marks the cache stale */
+void ktg_symcache_every_second(void);    /* refreshes a stale cache while no host is connected */
+const struct ktg_held *ktg_symcache_frames(size_t *count, uint32_t *symbols);
+struct ktg_symcache_stats ktg_symcache_stats(void);
 
 /* ---- state.c ---- */
 void ktg_dump_start(int reason);

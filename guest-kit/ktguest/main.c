@@ -105,6 +105,15 @@ static void write_stats(void) {
                    (unsigned long long)c->guard_notices, (unsigned long long)c->guard_acks,
                    (unsigned long long)c->guard_missed, (unsigned long long)c->guard_unguarded);
   if (n < 0 || (size_t)n >= sizeof text) return;
+  struct ktg_symcache_stats sc = ktg_symcache_stats();
+  int m = snprintf(text + n, sizeof text - (size_t)n,
+                   "\"symbols_ready\":%d,\"symbols\":%u,\"symbols_stale\":%d,\"kallsyms_reads\":%llu,"
+                   "\"kallsyms_reads_in_session\":%llu,\"kallsyms_refreshes_abandoned\":%llu,\"kallsyms_read_ms\":%llu,",
+                   sc.ready, sc.symbols, sc.stale, (unsigned long long)sc.reads,
+                   (unsigned long long)sc.reads_in_session, (unsigned long long)sc.refreshes_abandoned,
+                   (unsigned long long)sc.last_read_ms);
+  if (m < 0 || (size_t)(n + m) >= sizeof text) return;
+  n += m;
   int t = ktg_guard_timing_json(text + n, sizeof text - (size_t)n);
   if (t < 0 || (size_t)(n + t) + 2 >= sizeof text) return;
   n += t;
@@ -123,6 +132,7 @@ static void every_second(void) {
   ktg_modules_poll();
   ktg_clock_check();
   ktg_guard_check();
+  ktg_symcache_every_second();
   if (ktg_port_connected() && ktg_dump_complete()) ktg_queue_heartbeat_due();
   write_stats();
 }
@@ -193,6 +203,7 @@ int main(int argc, char **argv) {
     ktg_log("timerfd: %s", strerror(errno));
     return 1;
   }
+  ktg_symcache_init();
   ktg_log("started (ring %zu KiB per CPU, queue %zu KiB)", g_opt.ring_bytes / 1024, g_opt.queue_bytes / 1024);
   ktg_port_tick();
   unsigned ticks = 0;
@@ -211,8 +222,9 @@ int main(int argc, char **argv) {
       fds[n++] = (struct pollfd){pfd, ev, 0};
     }
     n += ktg_perf_pollfds(fds + n, (int)(sizeof fds / sizeof *fds) - n);
-    /* While a dump is being built, poll only to interleave with it. */
-    if (poll(fds, (nfds_t)n, ktg_dump_busy() ? 0 : -1) < 0 && errno != EINTR) {
+    /* While kallsyms is read or a dump is built, poll only to interleave with it. */
+    int busy = ktg_symcache_busy() || ktg_dump_busy();
+    if (poll(fds, (nfds_t)n, busy ? 0 : -1) < 0 && errno != EINTR) {
       ktg_log("poll: %s", strerror(errno));
       sleep(1);
       continue;
@@ -235,6 +247,10 @@ int main(int argc, char **argv) {
       }
     }
     if (port_at >= 0 && fds[port_at].revents) ktg_port_event(fds[port_at].revents);
+    if (ktg_symcache_busy()) {
+      ktg_symcache_step();
+      ktg_perf_drain();
+    }
     if (ktg_dump_busy()) {
       ktg_dump_step();
       ktg_perf_drain();

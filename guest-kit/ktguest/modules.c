@@ -164,6 +164,7 @@ static void emit(uint8_t type, uint64_t time, const struct ktg_module *km) {
 static void loaded(uint64_t time, uint32_t cpu, const char *name) {
   struct ktg_module m;
   g_ctr.module_loads++;
+  ktg_symcache_module_changed();
   if (read_module(name, &m) != 0) {
     g_ctr.module_races++;
     ktg_log("module %s was gone before its ranges could be read", name);
@@ -187,6 +188,7 @@ static void unloaded(uint64_t time, const char *name) {
     snprintf(m.name, sizeof m.name, "%s", name);
   }
   g_ctr.module_unloads++;
+  ktg_symcache_module_changed();
   ktg_debug("module %s unloaded", name);
   emit(KTP_MODULE_UNLOAD, time, &m);
   forget(name);

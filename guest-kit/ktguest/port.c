@@ -102,6 +102,7 @@ static void on_connect(void) {
   P.session = 0;
   P.rlen = 0;
   P.connected_at = ktg_now_ms();
+  ktg_symcache_host_arrived();
   ktg_log("host connected; waiting for HOST_HELLO");
 }
 
@@ -115,6 +116,7 @@ static void start_session(const char *why) {
   P.acked = 0;
   g_ctr.connections++;
   ktg_queue_new_session();
+  ktg_symcache_host_arrived();
   ktg_dump_start(P.ever_session ? KTP_STATE_RECONNECT : KTP_STATE_START);
   ktg_guard_session_totals();
   ktg_log("session %llu started (%s)", (unsigned long long)g_ctr.connections, why);

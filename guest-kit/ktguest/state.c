@@ -1,11 +1,12 @@
-/* The state dump: HELLO, STATE_BEGIN, kallsyms, modules, BPF programs, CPUs,
+/* The state dump: HELLO, STATE_BEGIN, symbols, modules, BPF programs, CPUs,
  * STATE_END, built for every host connection.
  *
- * /proc/kallsyms (~95k lines) takes a while to read under TCG, so it is read
- * in slices between poll rounds: the perf rings keep being drained. Its
- * frames are held here until the end, because STATE_BEGIN, which goes
- * first, carries the symbol count. Live events that happen meanwhile are
- * queued and follow STATE_END.
+ * The symbols are the symbol cache's frames (symcache.c): /proc/kallsyms is
+ * not read here, so a dump costs the guest kernel only the module, BPF and
+ * CPU lookups and the writes. Only when a host connects before the first
+ * read is done does the dump wait for it. The frames are held here until the
+ * end, because STATE_BEGIN, which goes first, carries exact counts. Live
+ * events that happen meanwhile are queued and follow STATE_END.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -18,26 +19,12 @@
 
 #include "ktguest.h"
 
-#define LINES_PER_STEP 4096
-
-struct held {
-  uint8_t *data;
-  uint32_t len;
-};
-
 static struct {
   int active, complete;
   uint32_t reason;
   uint64_t begin_time;
-  FILE *kallsyms;
-  uint32_t nsyms;
-  struct held *frames;
+  struct ktg_held *frames;
   size_t nframes, cap;
-  struct ktp_symbol batch[KTP_MAX_BATCH];
-  uint32_t batch_n;
-  char arena[KTP_MAX_PAYLOAD];
-  size_t arena_used;
-  size_t payload; /* encoded size of the batch so far */
 } D;
 
 int ktg_dump_busy(void) { return D.active; }
@@ -51,7 +38,7 @@ static void hold_frame(long n) {
   }
   if (D.nframes == D.cap) {
     size_t cap = D.cap ? D.cap * 2 : 128;
-    struct held *f = realloc(D.frames, cap * sizeof *f);
+    struct ktg_held *f = realloc(D.frames, cap * sizeof *f);
     if (!f) return;
     D.frames = f;
     D.cap = cap;
@@ -64,23 +51,12 @@ static void hold_frame(long n) {
   D.nframes++;
 }
 
-static void flush_batch(void) {
-  if (D.batch_n == 0) return;
-  struct ktp_state_symbols m = {D.batch_n, D.batch};
-  hold_frame(ktp_encode_state_symbols(ktg_scratch(), KTP_MAX_FRAME, 0, &m));
-  D.batch_n = 0;
-  D.arena_used = 0;
-  D.payload = 4;
-}
-
 static void free_held(void) {
   for (size_t i = 0; i < D.nframes; ++i) free(D.frames[i].data);
   D.nframes = 0;
 }
 
 void ktg_dump_abort(void) {
-  if (D.kallsyms) fclose(D.kallsyms);
-  D.kallsyms = NULL;
   free_held();
   D.active = D.complete = 0;
 }
@@ -90,48 +66,6 @@ void ktg_dump_start(int reason) {
   D.active = 1;
   D.reason = (uint32_t)reason;
   D.begin_time = ktg_perf_now();
-  D.nsyms = 0;
-  D.batch_n = 0;
-  D.arena_used = 0;
-  D.payload = 4;
-  D.kallsyms = fopen("/proc/kallsyms", "re");
-  if (!D.kallsyms) ktg_log("open /proc/kallsyms: %s (the dump has no symbols)", strerror(errno));
-}
-
-/* "ffffffffc0200000 t name\t[module]" */
-static void add_line(char *line) {
-  char *p = line, *end;
-  uint64_t addr = strtoull(p, &end, 16);
-  if (end == p || end[0] != ' ' || !end[1] || end[2] != ' ') return;
-  uint8_t type = (uint8_t)end[1];
-  char *name = end + 3;
-  size_t name_len = strcspn(name, "\t\n");
-  char *mod = name + name_len;
-  size_t mod_len = 0;
-  if (*mod == '\t' && mod[1] == '[') {
-    mod += 2;
-    mod_len = strcspn(mod, "]\n");
-  }
-  if (name_len == 0) return;
-  if (name_len > KTP_MAX_STRING) name_len = KTP_MAX_STRING;
-  if (mod_len > KTP_MAX_STRING) mod_len = KTP_MAX_STRING;
-  size_t enc = 8 + 1 + 2 + name_len + 2 + mod_len;
-  if (D.batch_n == KTP_MAX_BATCH || D.payload + enc > KTP_MAX_PAYLOAD ||
-      D.arena_used + name_len + mod_len > sizeof D.arena)
-    flush_batch();
-  char *n = D.arena + D.arena_used;
-  memcpy(n, name, name_len);
-  memcpy(n + name_len, mod, mod_len);
-  D.arena_used += name_len + mod_len;
-  struct ktp_symbol *s = &D.batch[D.batch_n++];
-  s->addr = addr;
-  s->type = type;
-  s->name.data = n;
-  s->name.len = (uint16_t)name_len;
-  s->module.data = n + name_len;
-  s->module.len = (uint16_t)mod_len;
-  D.payload += enc;
-  D.nsyms++;
 }
 
 static long sys_bpf(int cmd, union bpf_attr *attr) { return syscall(SYS_bpf, cmd, attr, sizeof *attr); }
@@ -175,7 +109,6 @@ static uint32_t dump_bpf(void) {
 
 static void finish(void) {
   static uint32_t cpus[KTG_MAX_CPUS];
-  flush_batch();
   size_t nmods;
   const struct ktg_module *mods = ktg_modules_rescan(&nmods);
   for (size_t i = 0; i < nmods; ++i) {
@@ -192,8 +125,15 @@ static void finish(void) {
   /* Everything is held until here so that STATE_BEGIN, which goes first,
    * carries exact counts. */
   ktg_enqueue(KTG_LANE_DUMP, ktg_encode_hello());
-  struct ktp_state_begin b = {D.begin_time, D.reason, D.nsyms, (uint32_t)nmods, nbpf};
+  size_t nsym_frames;
+  uint32_t nsyms;
+  const struct ktg_held *sym_frames = ktg_symcache_frames(&nsym_frames, &nsyms);
+  struct ktp_state_begin b = {D.begin_time, D.reason, nsyms, (uint32_t)nmods, nbpf};
   ktg_enqueue(KTG_LANE_DUMP, ktp_encode_state_begin(ktg_scratch(), KTP_MAX_FRAME, 0, &b));
+  for (size_t i = 0; i < nsym_frames; ++i) {
+    memcpy(ktg_scratch(), sym_frames[i].data, sym_frames[i].len);
+    ktg_enqueue(KTG_LANE_DUMP, (long)sym_frames[i].len);
+  }
   for (size_t i = 0; i < D.nframes; ++i) {
     memcpy(ktg_scratch(), D.frames[i].data, D.frames[i].len);
     ktg_enqueue(KTG_LANE_DUMP, (long)D.frames[i].len);
@@ -203,23 +143,14 @@ static void finish(void) {
   D.complete = 1;
   g_ctr.dumps++;
   ktg_log("state dump %s: %u symbols, %zu modules, %u BPF programs, %u CPUs",
-          D.reason == KTP_STATE_START ? "(start)" : "(reconnect)", D.nsyms, nmods, nbpf, c.count);
+          D.reason == KTP_STATE_START ? "(start)" : "(reconnect)", nsyms, nmods, nbpf, c.count);
 }
 
 int ktg_dump_step(void) {
   if (!D.active) return 0;
-  if (D.kallsyms) {
-    static char line[4096];
-    for (int i = 0; i < LINES_PER_STEP; ++i) {
-      if (!fgets(line, sizeof line, D.kallsyms)) {
-        fclose(D.kallsyms);
-        D.kallsyms = NULL;
-        break;
-      }
-      add_line(line);
-    }
-    if (D.kallsyms) return 1;
-  }
+  /* Only the first read can still be running here (a refresh gives way to
+   * the session); main.c steps it. */
+  if (!ktg_symcache_ready()) return 1;
   finish();
   return 0;
 }

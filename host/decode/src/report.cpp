@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kthost/common/strings.h"
+#include "kthost/decode/observer.h"
 
 namespace kt {
 
@@ -89,6 +90,7 @@ std::string format_report_text(const Profile& p, const Symbolizer& symbols, cons
              p.blocks, p.pieces, p.seconds, p.threads);
   for (const auto& [cpu, n] : p.cpu_insns) out += fmt("  cpu%u: %" PRIu64 " instructions (%.1f%%)\n", cpu, n, pct(n, p.insns));
   out += errors_line(p) + "\n";
+  out += format_observer_line(observer_share(p, symbols)) + "\n";
   for (const auto& e : p.errors)
     out += fmt("  %s cpu%u offset %" PRIu64 " ip %s time %" PRIu64 ": %s\n", decode_error_kind_name(e.kind), e.cpu,
                e.offset, hex(e.ip).c_str(), e.time, e.detail.c_str());
@@ -177,6 +179,8 @@ std::string format_report_json(const Profile& p, const Symbolizer& symbols, cons
   j["errors"] = errors;
   j["alignment"] = {{"retries", p.alignment_retries}, {"fixed", p.alignment_fixed}};
   j["losses"] = losses;
+  ObserverShare obs = observer_share(p, symbols);
+  j["observer"] = {{"insns", obs.insns}, {"percent", obs.percent()}, {"parts", obs.parts}};
   ProfileSummary s = summarize(p, symbols);
   j["coverage_summary"] = {{"functions", s.functions.size()}, {"blocks", s.blocks_covered}};
   nlohmann::json fns = nlohmann::json::array();
