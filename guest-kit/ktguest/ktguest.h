@@ -40,6 +40,7 @@ extern int g_verbose;
 struct ktg_counters {
   uint64_t frames_sent;
   uint64_t bytes_sent;
+  uint64_t writes; /* write() calls on the port: frames go out in batches */
   uint64_t perf_records;
   uint64_t text_pokes;       /* TEXT_POKE records read */
   uint64_t text_poke_frames; /* > text_pokes when a poke is split into KTP_MAX_BLOB chunks */

@@ -84,14 +84,14 @@ static void write_stats(void) {
   snprintf(tmp, sizeof tmp, "%s.tmp", g_opt.stats_path);
   const struct ktg_counters *c = &g_ctr;
   int n = snprintf(text, sizeof text,
-                   "{\"frames_sent\":%llu,\"bytes_sent\":%llu,\"perf_records\":%llu,\"text_pokes\":%llu,"
+                   "{\"frames_sent\":%llu,\"bytes_sent\":%llu,\"writes\":%llu,\"perf_records\":%llu,\"text_pokes\":%llu,"
                    "\"text_poke_frames\":%llu,\"ksymbol\":%llu,\"bpf_event\":%llu,\"lost_records\":%llu,"
                    "\"lost_events\":%llu,\"queue_dropped\":%llu,\"queue_bytes\":%zu,\"corrupt_rings\":%llu,"
                    "\"other_records\":%llu,\"module_loads\":%llu,\"module_unloads\":%llu,\"module_races\":%llu,"
                    "\"module_polling\":%d,\"module_poll_changes\":%llu,\"connected\":%d,\"connections\":%llu,"
                    "\"dumps\":%llu,\"host_errors\":%llu,\"encode_errors\":%llu,\"guard_open\":%d,\"guard_notices\":%llu,"
                    "\"guard_acks\":%llu,\"guard_missed\":%llu,\"guard_unguarded\":%llu,",
-                   (unsigned long long)c->frames_sent, (unsigned long long)c->bytes_sent,
+                   (unsigned long long)c->frames_sent, (unsigned long long)c->bytes_sent, (unsigned long long)c->writes,
                    (unsigned long long)c->perf_records, (unsigned long long)c->text_pokes,
                    (unsigned long long)c->text_poke_frames, (unsigned long long)c->ksymbols,
                    (unsigned long long)c->bpf_events, (unsigned long long)c->lost_records,

@@ -10,6 +10,10 @@
  * Frames are queued already encoded, and their seq is rewritten as they
  * leave: a dump is built while live events keep arriving, and seq must count
  * frames in the order the host receives them.
+ *
+ * Frames leave in batches: as many whole frames as fit in one write of
+ * KTG_WRITE_BYTES (virtio_console's largest) go out in one write(), since a
+ * trace records every write's path through the guest kernel.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -34,14 +38,30 @@ static struct {
   struct fqueue dump, live, urgent;
   size_t budget;
   uint64_t dropped[KTP_TYPE_MAX + 1]; /* dropped and not yet reported */
-  uint8_t cur[KTP_MAX_FRAME]; /* the frame being written */
-  size_t cur_len, cur_off;
+  uint8_t cur[KTP_MAX_FRAME]; /* the next frame, loaded and stamped, not yet staged */
+  size_t cur_len, cur_off;    /* cur_off is 0: cur_len > 0 means a frame waits */
   uint8_t cur_type;
   int cur_live;      /* a live event: a drop if the host leaves mid-frame */
   uint64_t cur_lost; /* a LOST(QUEUE) count to restore on such a drop */
   uint64_t seq;
   int hello_sent; /* the session's first frame (HELLO) went out */
 } Q;
+
+#define KTG_WRITE_BYTES (32u * 1024u)
+#define KTG_STAGED_MAX 256
+
+/* The bytes of the current write: whole frames, in order; `off` of them sent. */
+static struct {
+  uint8_t buf[KTP_MAX_FRAME + KTG_WRITE_BYTES];
+  size_t len, off;
+  struct staged {
+    size_t end; /* offset just past the frame in buf */
+    uint8_t type;
+    int live;
+    uint64_t lost;
+  } frames[KTG_STAGED_MAX];
+  int first, count; /* frames[first .. first+count) are not wholly sent */
+} S;
 
 static uint8_t scratch[KTP_MAX_FRAME];
 
@@ -140,16 +160,26 @@ int ktg_queue_selftest(void) {
 void ktg_queue_new_session(void) {
   Q.seq = 0;
   Q.cur_len = Q.cur_off = 0;
+  S.len = S.off = 0;
+  S.first = S.count = 0;
   fq_clear(&Q.dump);
   fq_clear(&Q.urgent);
   Q.hello_sent = 0;
 }
 
+static void drop_unsent(uint8_t type, int live, uint64_t lost) {
+  if (lost) Q.dropped[type] += lost;
+  else if (live) count_drop(type);
+}
+
 void ktg_queue_disconnect(void) {
-  if (Q.cur_off < Q.cur_len) {
-    if (Q.cur_lost) Q.dropped[Q.cur_type] += Q.cur_lost;
-    else if (Q.cur_live) count_drop(Q.cur_type);
+  for (int i = 0; i < S.count; ++i) {
+    const struct staged *f = &S.frames[S.first + i];
+    drop_unsent(f->type, f->live, f->lost);
   }
+  S.len = S.off = 0;
+  S.first = S.count = 0;
+  if (Q.cur_len) drop_unsent(Q.cur_type, Q.cur_live, Q.cur_lost);
   Q.cur_len = Q.cur_off = 0;
   fq_clear(&Q.dump);
   fq_clear(&Q.urgent); /* their holds end when the guard device closes */
@@ -173,7 +203,7 @@ static int any_dropped(void) {
 }
 
 int ktg_queue_pending(void) {
-  return Q.cur_off < Q.cur_len || Q.dump.head || Q.urgent.head || any_dropped() || Q.live.head;
+  return S.off < S.len || Q.cur_len || Q.dump.head || Q.urgent.head || any_dropped() || Q.live.head;
 }
 
 static void take(struct qframe *f, int live) {
@@ -225,24 +255,42 @@ static int next_frame(int dump_complete) {
   return 1;
 }
 
+/* Fills S with the waiting frame and those after it, as long as they fit in
+ * one write (a larger frame goes alone); returns 0 when there is none. */
+static int stage(int dump_complete) {
+  S.len = S.off = 0;
+  S.first = S.count = 0;
+  while (S.count < KTG_STAGED_MAX) {
+    if (!Q.cur_len && !next_frame(dump_complete)) break;
+    if (S.len && S.len + Q.cur_len > KTG_WRITE_BYTES) break;
+    memcpy(S.buf + S.len, Q.cur, Q.cur_len);
+    S.len += Q.cur_len;
+    S.frames[S.count++] = (struct staged){S.len, Q.cur_type, Q.cur_live, Q.cur_lost};
+    Q.cur_len = 0;
+  }
+  return S.len > 0;
+}
+
 int ktg_queue_flush(int fd, int dump_complete) {
   /* Bounded per call so the perf rings are drained between slices. */
   size_t budget = 1u << 20;
   while (budget > 0) {
-    if (Q.cur_off == Q.cur_len && !next_frame(dump_complete)) return 0;
-    ssize_t w = write(fd, Q.cur + Q.cur_off, Q.cur_len - Q.cur_off);
+    if (S.off == S.len && !stage(dump_complete)) return 0;
+    ssize_t w = write(fd, S.buf + S.off, S.len - S.off);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
       return -1;
     }
     if (w == 0) return 0;
-    Q.cur_off += (size_t)w;
+    S.off += (size_t)w;
     g_ctr.bytes_sent += (uint64_t)w;
+    g_ctr.writes++;
     budget = (size_t)w >= budget ? 0 : budget - (size_t)w;
-    if (Q.cur_off == Q.cur_len) {
+    while (S.count && S.frames[S.first].end <= S.off) {
       g_ctr.frames_sent++;
-      Q.cur_lost = 0;
+      S.first++;
+      S.count--;
     }
   }
   return 0;

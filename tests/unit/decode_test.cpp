@@ -246,6 +246,31 @@ TEST_F(DecodeTest, MissingTextRightAfterAnOverflowIsTheOverflows) {
   EXPECT_EQ(p.errors[2].time, 200u);
 }
 
+// Text that loops with no branch needing trace (here `1: pause; jmp 1b`, as
+// in panic_smp_self_stop) makes libipt return blocks forever without reading
+// a packet. The decode must stop it, say where, and go on with the next piece.
+TEST_F(DecodeTest, ALoopOfDirectJumpsIsAnErrorNotAHang) {
+  test::SynthBundle b;
+  std::vector<uint8_t> text = test::core_text(0x1000);
+  const std::vector<uint8_t> spin = {0xf3, 0x90, 0xeb, 0xfc};  // h_func: pause; jmp h_func
+  std::copy(spin.begin(), spin.end(), text.begin() + 0x300);
+  b.text.push_back(test::text_record(TextSource::Snapshot, 0, kText, text, "core"));
+  b.kallsyms = test::core_kallsyms();
+  test::PtWriter w;
+  w.psb(100);
+  w.pge(kText + 0x300);
+  w.psb(200);
+  test::walk(w, test::main_program(), kMain, test::main_decisions());
+  b.pt[0] = w.finish();
+  Analysis a = open(b);
+  Profile p = decode(a);
+  EXPECT_EQ(p.error_counts[DecodeErrorKind::Other], 1u);
+  ASSERT_EQ(p.errors.size(), 1u);
+  EXPECT_EQ(p.errors[0].ip, kText + 0x300);
+  EXPECT_NE(p.errors[0].detail.find("loops with no branch"), std::string::npos) << p.errors[0].detail;
+  EXPECT_EQ(insns_of(p, a.symbols, "f_func"), 6u) << "the next piece is decoded";
+}
+
 TEST_F(DecodeTest, ParallelDecodeEqualsSequential) {
   auto b = core_bundle();
   for (uint32_t cpu : {0u, 1u}) {

@@ -136,9 +136,10 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
   }
   pt_blk_set_image(dec, cursor_.image());
   PieceWalk walk(tree_, s, piece.time);
-  auto record = [&](DecodeErrorKind seen, int code, uint64_t ip) {
+  auto record = [&](DecodeErrorKind seen, int code, uint64_t ip, const char* why = nullptr) {
     DecodeErrorKind kind = walk.on_error(seen);
     const char* detail = kind != seen ? "no text at this address while the time was unknown after an overflow"
+                         : why       ? why
                          : code      ? pt_errstr(pt_errcode(code))
                                      : "overflow";
     s.error_counts[kind]++;
@@ -152,6 +153,10 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
     walk.on_time(t);
     if (walk.now() >= cursor_.next_change()) cursor_.advance(walk.now());
   };
+  // Text can loop with no branch that needs trace (a cycle of direct jumps,
+  // in real code or in text the guest overwrote): libipt then returns blocks
+  // forever without reading a packet. Bounded here, and reported.
+  uint64_t last_offset = UINT64_MAX, blocks_here = 0;
   int status = pt_blk_sync_forward(dec);
   while (status >= 0) {
     while (status & pts_event_pending) {
@@ -189,6 +194,17 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
       }
       bool at_entry = e.fn != Symbolizer::kUnknown && block.ip == symbols_.function(e.fn).start;
       walk.on_block({e.fn, block.ninsn, e.cls, at_entry});
+    }
+    uint64_t offset = 0;
+    pt_blk_get_offset(dec, &offset);
+    if (offset != last_offset) {
+      last_offset = offset;
+      blocks_here = 0;
+    } else if (++blocks_here > kMaxBlocksWithoutTrace && status >= 0) {
+      record(DecodeErrorKind::Other, 0, block.ip,
+             "the text loops with no branch that needs trace (a cycle of direct jumps): the piece's rest is skipped");
+      status = pt_blk_sync_forward(dec);
+      continue;
     }
     if (status < 0) {
       if (status == -pte_eos) break;

@@ -21,6 +21,11 @@ struct PieceStacks {
   uint32_t final_node = 0;
 };
 
+// Blocks libipt may return without reading a packet before the piece is
+// taken to loop (each block ends at a call or jump, so this is far more
+// than straight-line code between two packets can hold).
+constexpr uint64_t kMaxBlocksWithoutTrace = 1u << 20;
+
 class PieceDecoder {
  public:
   PieceDecoder(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
