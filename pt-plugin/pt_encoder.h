@@ -67,7 +67,7 @@ struct Block {
 
 struct EncoderOptions {
   uint32_t psb_interval = 4096;       // bytes of output between PSB+ headers
-  size_t deferred_limit = 4u << 20;   // side-buffer bytes before frames are given up (OVF)
+  size_t deferred_limit = 32u << 20;  // side-buffer bytes before frames are given up (OVF)
   size_t max_frames = 64;             // nesting depth before frames are given up (OVF)
 };
 
