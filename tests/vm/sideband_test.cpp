@@ -1,6 +1,7 @@
 // The sideband against a real TCG guest running ktguest: every change to
 // guest kernel text reaches the host as an event, with the right data.
 #include <functional>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "guest_checks.h"
@@ -195,6 +196,62 @@ TEST_F(Sideband, EveryTextPokeArrivesOrItsLossIsCounted) {
     ASSERT_TRUE(p.old_bytes.empty() || p.old_bytes.size() == p.new_bytes.size());
     ASSERT_FALSE(p.new_bytes.empty());
   }
+}
+
+// ktguest's symbol cache: a module loaded while a host is connected makes the
+// cache stale, but kallsyms is not read again (that would run in the trace)
+// until no host is connected; the next connection's dump then has the
+// module's symbols, at the guest's own addresses.
+TEST_F(Sideband, SymbolCacheIsReadAgainOnlyWhileNoHostIsConnected) {
+  auto stats = [&]() {
+    auto out = vm_->check("cat /run/ktguest.stats");
+    EXPECT_TRUE(out) << out.error().message;
+    auto j = nlohmann::json::parse(out ? std::string(trim(*out)) : std::string("{}"), nullptr, false);
+    EXPECT_TRUE(j.is_object()) << (out ? *out : "");
+    return j;
+  };
+  auto before = stats();
+  ASSERT_EQ(before.value("symbols_ready", 0), 1) << before.dump();
+  ASSERT_TRUE(vm_->check("insmod /lib/kthost-test/dummy.ko"));
+  drain(6);  // past the 2 s settle and a few 1 s timer rounds, with the host connected
+  auto connected = stats();
+  EXPECT_EQ(connected.value("symbols_stale", 0), 1) << connected.dump();
+  EXPECT_EQ(connected.value("kallsyms_reads", 0), before.value("kallsyms_reads", 0))
+      << "kallsyms was read again while a host was connected";
+  EXPECT_EQ(connected.value("kallsyms_reads_in_session", 0), before.value("kallsyms_reads_in_session", 0));
+
+  channel_.reset();
+  nlohmann::json after;
+  for (int i = 0; i < 90; ++i) {
+    after = stats();
+    if (after.value("kallsyms_reads", 0) > before.value("kallsyms_reads", 0) && after.value("symbols_stale", 1) == 0)
+      break;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  EXPECT_GT(after.value("kallsyms_reads", 0), before.value("kallsyms_reads", 0))
+      << "no host connected: the stale cache should have been read again: " << after.dump();
+  EXPECT_EQ(after.value("kallsyms_reads_in_session", 0), before.value("kallsyms_reads_in_session", 0));
+
+  GuestSymbols guest = guest_symbols(*vm_);
+  log_ = EventLog();
+  auto ch = SidebandChannel::connect(vm_->description().channel);
+  ASSERT_TRUE(ch) << ch.error().message;
+  channel_ = std::make_unique<SidebandChannel>(std::move(*ch));
+  ASSERT_TRUE(collect_until([&] { return log_.count("state_dump") > 0; }, 120));
+  const GuestState& state = channel_->decoder().state();
+  size_t want = 0, have = 0;
+  for (const auto& g : guest.symbols) {
+    if (g.module != "dummy") continue;
+    ++want;
+    for (const auto& s : state.symbols)
+      if (s.module == "dummy" && s.name == g.name && s.addr == g.address) {
+        ++have;
+        break;
+      }
+  }
+  EXPECT_GT(want, 0u) << "the guest lists no dummy symbols";
+  EXPECT_EQ(have, want) << "dummy's symbols in the new dump";
+  ASSERT_TRUE(vm_->check("rmmod dummy"));
 }
 
 TEST_F(Sideband, ReaderKilledAndReconnectedGetsFreshStateAndDropReport) {
