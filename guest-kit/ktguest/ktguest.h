@@ -137,11 +137,22 @@ int ktg_modules_polling(void);
 /* Re-reads every module; returns the table and its size. */
 const struct ktg_module *ktg_modules_rescan(size_t *count);
 
-/* An encoded frame kept for later sending. */
+/* Encoded frames kept for later sending (a dump being built, the symbol cache). */
 struct ktg_held {
   uint8_t *data;
   uint32_t len;
 };
+struct ktg_held_list {
+  struct ktg_held *frames;
+  size_t count, cap;
+};
+/* Appends a copy of the frame of size n in ktg_scratch(); a negative n is an
+ * encoder error, logged and counted. Out of memory, the frame is not kept. */
+void ktg_held_add(struct ktg_held_list *l, long n);
+/* Queues every frame on `lane`, in order (the list is unchanged). */
+void ktg_held_enqueue(const struct ktg_held_list *l, enum ktg_lane lane);
+void ktg_held_clear(struct ktg_held_list *l); /* frees the frames, keeps the array */
+void ktg_held_free(struct ktg_held_list *l);
 
 /* ---- symcache.c ---- */
 struct ktg_symcache_stats {
@@ -160,7 +171,8 @@ int ktg_symcache_ready(void);            /* a complete read is held */
 void ktg_symcache_host_arrived(void);    /* connect or session: a refresh in progress gives way */
 void ktg_symcache_module_changed(void);  /* marks the cache stale */
 void ktg_symcache_every_second(void);    /* refreshes a stale cache while no host is connected */
-const struct ktg_held *ktg_symcache_frames(size_t *count, uint32_t *symbols);
+/* The last complete read; *symbols: how many symbols its frames hold. */
+const struct ktg_held_list *ktg_symcache_frames(uint32_t *symbols);
 struct ktg_symcache_stats ktg_symcache_stats(void);
 
 /* ---- state.c ---- */

@@ -135,6 +135,46 @@ void ktg_enqueue(enum ktg_lane lane, long n) {
   fq_push(&Q.live, f);
 }
 
+void ktg_held_add(struct ktg_held_list *l, long n) {
+  if (n < 0) {
+    g_ctr.encode_errors++;
+    ktg_log("encode of a held frame failed: %s", ktp_status_name((int)n));
+    return;
+  }
+  if (l->count == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 128;
+    struct ktg_held *f = realloc(l->frames, cap * sizeof *f);
+    if (!f) return;
+    l->frames = f;
+    l->cap = cap;
+  }
+  uint8_t *copy = malloc((size_t)n);
+  if (!copy) return;
+  memcpy(copy, scratch, (size_t)n);
+  l->frames[l->count].data = copy;
+  l->frames[l->count].len = (uint32_t)n;
+  l->count++;
+}
+
+void ktg_held_enqueue(const struct ktg_held_list *l, enum ktg_lane lane) {
+  for (size_t i = 0; i < l->count; ++i) {
+    memcpy(scratch, l->frames[i].data, l->frames[i].len);
+    ktg_enqueue(lane, (long)l->frames[i].len);
+  }
+}
+
+void ktg_held_clear(struct ktg_held_list *l) {
+  for (size_t i = 0; i < l->count; ++i) free(l->frames[i].data);
+  l->count = 0;
+}
+
+void ktg_held_free(struct ktg_held_list *l) {
+  ktg_held_clear(l);
+  free(l->frames);
+  l->frames = NULL;
+  l->cap = 0;
+}
+
 static void put_le32(uint8_t *p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = (uint8_t)(v >> (8 * i));
 }

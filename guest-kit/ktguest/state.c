@@ -23,41 +23,16 @@ static struct {
   int active, complete;
   uint32_t reason;
   uint64_t begin_time;
-  struct ktg_held *frames;
-  size_t nframes, cap;
+  struct ktg_held_list frames; /* everything after the symbols, until STATE_END */
 } D;
 
 int ktg_dump_busy(void) { return D.active; }
 int ktg_dump_complete(void) { return D.complete; }
 
-static void hold_frame(long n) {
-  if (n < 0) {
-    g_ctr.encode_errors++;
-    ktg_log("encode of a state frame failed: %s", ktp_status_name((int)n));
-    return;
-  }
-  if (D.nframes == D.cap) {
-    size_t cap = D.cap ? D.cap * 2 : 128;
-    struct ktg_held *f = realloc(D.frames, cap * sizeof *f);
-    if (!f) return;
-    D.frames = f;
-    D.cap = cap;
-  }
-  uint8_t *copy = malloc((size_t)n);
-  if (!copy) return;
-  memcpy(copy, ktg_scratch(), (size_t)n);
-  D.frames[D.nframes].data = copy;
-  D.frames[D.nframes].len = (uint32_t)n;
-  D.nframes++;
-}
-
-static void free_held(void) {
-  for (size_t i = 0; i < D.nframes; ++i) free(D.frames[i].data);
-  D.nframes = 0;
-}
+static void hold_frame(long n) { ktg_held_add(&D.frames, n); }
 
 void ktg_dump_abort(void) {
-  free_held();
+  ktg_held_clear(&D.frames);
   D.active = D.complete = 0;
 }
 
@@ -125,20 +100,13 @@ static void finish(void) {
   /* Everything is held until here so that STATE_BEGIN, which goes first,
    * carries exact counts. */
   ktg_enqueue(KTG_LANE_DUMP, ktg_encode_hello());
-  size_t nsym_frames;
   uint32_t nsyms;
-  const struct ktg_held *sym_frames = ktg_symcache_frames(&nsym_frames, &nsyms);
+  const struct ktg_held_list *symbols = ktg_symcache_frames(&nsyms);
   struct ktp_state_begin b = {D.begin_time, D.reason, nsyms, (uint32_t)nmods, nbpf};
   ktg_enqueue(KTG_LANE_DUMP, ktp_encode_state_begin(ktg_scratch(), KTP_MAX_FRAME, 0, &b));
-  for (size_t i = 0; i < nsym_frames; ++i) {
-    memcpy(ktg_scratch(), sym_frames[i].data, sym_frames[i].len);
-    ktg_enqueue(KTG_LANE_DUMP, (long)sym_frames[i].len);
-  }
-  for (size_t i = 0; i < D.nframes; ++i) {
-    memcpy(ktg_scratch(), D.frames[i].data, D.frames[i].len);
-    ktg_enqueue(KTG_LANE_DUMP, (long)D.frames[i].len);
-  }
-  free_held();
+  ktg_held_enqueue(symbols, KTG_LANE_DUMP);
+  ktg_held_enqueue(&D.frames, KTG_LANE_DUMP);
+  ktg_held_clear(&D.frames);
   D.active = 0;
   D.complete = 1;
   g_ctr.dumps++;

@@ -26,9 +26,8 @@
 #define LINES_PER_STEP 4096
 #define STALE_SETTLE_MS 2000 /* a burst of module changes refreshes once */
 
-struct frame_list {
-  struct ktg_held *frames;
-  size_t count, cap;
+struct symbol_frames {
+  struct ktg_held_list list;
   uint32_t symbols;
 };
 
@@ -40,7 +39,7 @@ static struct {
   int read_in_session;        /* the running read overlapped a session */
   long long read_started_ms;
   FILE *kallsyms;
-  struct frame_list ready, next;
+  struct symbol_frames ready, next;
   struct ktp_symbol batch[KTP_MAX_BATCH];
   uint32_t batch_n;
   char arena[KTP_MAX_PAYLOAD];
@@ -49,31 +48,9 @@ static struct {
   struct ktg_symcache_stats stats;
 } C;
 
-static void list_free(struct frame_list *l) {
-  for (size_t i = 0; i < l->count; ++i) free(l->frames[i].data);
-  free(l->frames);
-  memset(l, 0, sizeof *l);
-}
-
-static void list_add(struct frame_list *l, long n) {
-  if (n < 0) {
-    g_ctr.encode_errors++;
-    ktg_log("encode of a symbol frame failed: %s", ktp_status_name((int)n));
-    return;
-  }
-  if (l->count == l->cap) {
-    size_t cap = l->cap ? l->cap * 2 : 128;
-    struct ktg_held *f = realloc(l->frames, cap * sizeof *f);
-    if (!f) return;
-    l->frames = f;
-    l->cap = cap;
-  }
-  uint8_t *copy = malloc((size_t)n);
-  if (!copy) return;
-  memcpy(copy, ktg_scratch(), (size_t)n);
-  l->frames[l->count].data = copy;
-  l->frames[l->count].len = (uint32_t)n;
-  l->count++;
+static void frames_free(struct symbol_frames *f) {
+  ktg_held_free(&f->list);
+  f->symbols = 0;
 }
 
 static void reset_batch(void) {
@@ -85,7 +62,7 @@ static void reset_batch(void) {
 static void flush_batch(void) {
   if (C.batch_n == 0) return;
   struct ktp_state_symbols m = {C.batch_n, C.batch};
-  list_add(&C.next, ktp_encode_state_symbols(ktg_scratch(), KTP_MAX_FRAME, 0, &m));
+  ktg_held_add(&C.next.list, ktp_encode_state_symbols(ktg_scratch(), KTP_MAX_FRAME, 0, &m));
   reset_batch();
 }
 
@@ -126,7 +103,7 @@ static void add_line(char *line) {
 }
 
 static void start_read(const char *why) {
-  list_free(&C.next);
+  frames_free(&C.next);
   reset_batch();
   C.kallsyms = fopen("/proc/kallsyms", "re");
   if (!C.kallsyms) {
@@ -142,13 +119,13 @@ static void start_read(const char *why) {
 static void abort_read(void) {
   if (C.kallsyms) fclose(C.kallsyms);
   C.kallsyms = NULL;
-  list_free(&C.next);
+  frames_free(&C.next);
   C.state = C.have_ready ? SC_READY : SC_EMPTY;
 }
 
 static void finish_read(void) {
   flush_batch();
-  list_free(&C.ready);
+  frames_free(&C.ready);
   C.ready = C.next;
   memset(&C.next, 0, sizeof C.next);
   C.have_ready = 1;
@@ -206,10 +183,9 @@ void ktg_symcache_every_second(void) {
     start_read("a module changed");
 }
 
-const struct ktg_held *ktg_symcache_frames(size_t *count, uint32_t *symbols) {
-  *count = C.ready.count;
+const struct ktg_held_list *ktg_symcache_frames(uint32_t *symbols) {
   *symbols = C.ready.symbols;
-  return C.ready.frames;
+  return &C.ready.list;
 }
 
 struct ktg_symcache_stats ktg_symcache_stats(void) {
