@@ -19,8 +19,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 0: {
       auto m = kt::parse_manifest(text, "manifest.json");
       if (m.ok()) {
-        for (const auto& [name, info] : m->files)
-          if (name.find("..") != std::string::npos || name.empty() || name[0] == '/') __builtin_trap();
+        for (const auto& [name, info] : m->files) {
+          // Every accepted name stays inside the bundle: relative, and no
+          // empty, "." or ".." component ("text..kts" is a plain name).
+          if (name.empty() || name[0] == '/') __builtin_trap();
+          size_t start = 0;
+          for (;;) {
+            size_t slash = name.find('/', start);
+            std::string part = name.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+            if (part.empty() || part == "." || part == "..") __builtin_trap();
+            if (slash == std::string::npos) break;
+            start = slash + 1;
+          }
+        }
         auto again = kt::parse_manifest(kt::manifest_to_json(*m), "again");
         if (!again.ok() || again->files.size() != m->files.size()) __builtin_trap();
       }
