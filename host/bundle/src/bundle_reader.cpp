@@ -99,6 +99,7 @@ Result<Bundle> read_bundle(const std::string& dir, const BundleReadOptions& opti
         cpu = parse_u64(name.substr(6, name.size() - 9), 10);
       if (!cpu || *cpu > 65535)
         return Error(ErrorCode::InvalidInput, label + ": a PT file must be named pt/cpuN.pt");
+      pad_pt_stream(*data);
       if (options.check_pt) KT_TRY(options.check_pt(label, *data));
       b.pt[static_cast<uint32_t>(*cpu)] = std::move(*data);
     } else if (name == "events.jsonl") {
@@ -122,7 +123,8 @@ Result<Bundle> read_bundle(const std::string& dir, const BundleReadOptions& opti
       }
     }
   }
-  for (uint32_t cpu : b.manifest.cpus) b.pt.try_emplace(cpu);
+  for (uint32_t cpu : b.manifest.cpus)
+    if (b.pt.try_emplace(cpu).second) pad_pt_stream(b.pt[cpu]);
   return b;
 }
 

@@ -11,6 +11,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "padded_streams.h"
 #include "piece_decoder.h"
 
 namespace kt {
@@ -25,9 +26,11 @@ const char* decode_error_kind_name(DecodeErrorKind k) {
   return "other";
 }
 
-std::vector<Piece> split_at_psb(uint32_t cpu, const std::vector<uint8_t>& pt) {
+std::vector<Piece> split_at_psb(uint32_t cpu, const std::vector<uint8_t>& stream) {
   std::vector<Piece> pieces;
-  if (pt.empty()) return pieces;
+  if (stream.empty()) return pieces;
+  std::vector<uint8_t> copy;
+  const std::vector<uint8_t>& pt = padded_stream(stream, copy);
   pt_config config;
   pt_config_init(&config);
   config.begin = const_cast<uint8_t*>(pt.data());
@@ -127,8 +130,10 @@ void stitch_stacks(std::vector<PieceStacks>& pieces, const std::vector<std::uniq
 
 }  // namespace
 
-Result<Profile> decode_profile(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
+Result<Profile> decode_profile(const std::map<uint32_t, std::vector<uint8_t>>& streams, const VersionedImage& image,
                                const Symbolizer& symbols, const DecodeOptions& options) {
+  PtStreams copies;
+  const PtStreams& pt = padded_streams(streams, copies);
   auto started = std::chrono::steady_clock::now();
   if (options.cpu && !pt.count(*options.cpu))
     return Error(ErrorCode::InvalidArgument, "the bundle has no CPU " + std::to_string(*options.cpu));

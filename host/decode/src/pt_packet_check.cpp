@@ -2,6 +2,8 @@
 
 #include <intel-pt.h>
 
+#include "padded_streams.h"
+
 namespace kt {
 namespace {
 
@@ -12,8 +14,10 @@ Error bad(const std::string& name, uint64_t offset, const std::string& what) {
 }  // namespace
 
 // Walks every packet; the first one that does not decode is an error at its offset.
-Status check_pt_packets(const std::string& name, const std::vector<uint8_t>& pt) {
-  if (pt.empty()) return ok_status();
+Status check_pt_packets(const std::string& name, const std::vector<uint8_t>& stream) {
+  if (stream.empty()) return ok_status();
+  std::vector<uint8_t> copy;
+  const std::vector<uint8_t>& pt = padded_stream(stream, copy);
   pt_config config;
   pt_config_init(&config);
   config.begin = const_cast<uint8_t*>(pt.data());  // libipt only reads

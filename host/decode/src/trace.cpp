@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kthost/decode/decoder.h"
+#include "padded_streams.h"
 
 namespace kt {
 namespace {
@@ -35,11 +36,13 @@ const char* event_kind(pt_event_type t) {
 
 }  // namespace
 
-Result<std::vector<TraceLine>> decode_trace(const std::map<uint32_t, std::vector<uint8_t>>& pt,
+Result<std::vector<TraceLine>> decode_trace(const std::map<uint32_t, std::vector<uint8_t>>& streams,
                                             const VersionedImage& image, const Symbolizer& symbols,
                                             std::optional<uint32_t> cpu, uint64_t from, uint64_t to,
                                             size_t max_lines) {
   std::vector<TraceLine> lines;
+  PtStreams copies;
+  const PtStreams& pt = padded_streams(streams, copies);
   ImageCursor cursor(image);
   for (const auto& [c, data] : pt) {
     if (cpu && c != *cpu) continue;
@@ -113,7 +116,9 @@ Result<std::vector<TraceLine>> decode_trace(const std::map<uint32_t, std::vector
   return lines;
 }
 
-Result<uint64_t> count_insns_baseline(const std::vector<uint8_t>& pt, const VersionedImage& image) {
+Result<uint64_t> count_insns_baseline(const std::vector<uint8_t>& stream, const VersionedImage& image) {
+  std::vector<uint8_t> copy;
+  const std::vector<uint8_t>& pt = padded_stream(stream, copy);
   ImageCursor cursor(image);
   KT_TRY(cursor.seek(0));
   pt_config config;
