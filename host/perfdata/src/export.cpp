@@ -1,0 +1,340 @@
+// export_perf_data: a bundle as `perf record --kcore` would have written it.
+#include "kthost/perfdata/export.h"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+#include "kcore_text.h"
+#include "kthost/decode/decoder.h"
+#include "kthost/common/io.h"
+#include "kthost/common/strings.h"
+#include "kthost/perfdata/perf_data.h"
+#include "kthost_shared.h"
+
+namespace kt {
+namespace {
+
+Status make_dir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return io_error("mkdir " + path, errno);
+  return ok_status();
+}
+
+constexpr uint32_t kPmuType = 8;         // any number: the attr and AUXTRACE_INFO agree on it
+constexpr uint64_t kTscBit = 1u << 10;    // the bits intel_pt's format files give on hardware
+constexpr uint64_t kNoRetCompBit = 1u << 11;
+constexpr uint64_t kMtcBit = 1u << 9, kMtcFreqBits = 0xfu << 14, kCycBit = 1u << 1;
+constexpr uint64_t kIdBase = 1;           // sample id of CPU n: kIdBase + n
+constexpr size_t kMaxPokeBytes = 60000;   // a TEXT_POKE's bytes (the record is at most 64 KiB)
+constexpr uint64_t kLoadSlackNs = 5'000'000;
+
+// perf's TSC to time: time_zero + (tsc >> shift) * mult + ((tsc & mask) * mult >> shift).
+uint64_t tsc_to_ns_part(uint64_t tsc, uint32_t mult, uint16_t shift) {
+  uint64_t quot = tsc >> shift, rem = tsc & ((uint64_t{1} << shift) - 1);
+  return quot * mult + ((rem * mult) >> shift);
+}
+
+// The kernel's _text, _stext and _etext from kallsyms text.
+struct KernelSymbols {
+  uint64_t text = 0, stext = 0, etext = 0;
+};
+KernelSymbols find_kernel_symbols(const std::string& kallsyms) {
+  KernelSymbols k;
+  size_t pos = 0;
+  while (pos < kallsyms.size()) {
+    size_t eol = kallsyms.find('\n', pos);
+    if (eol == std::string::npos) eol = kallsyms.size();
+    std::string line = kallsyms.substr(pos, eol - pos);
+    pos = eol + 1;
+    size_t a = line.find(' '), b = line.find(' ', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    std::string name = line.substr(b + 1);
+    if (name != "_text" && name != "_stext" && name != "_etext") continue;
+    auto v = parse_u64(line.substr(0, a), 16);
+    if (!v) continue;
+    (name == "_text" ? k.text : name == "_stext" ? k.stext : k.etext) = *v;
+  }
+  return k;
+}
+
+class Exporter {
+ public:
+  Exporter(const Bundle& b, const PerfExportOptions& o) : b_(b), o_(o) {}
+  Result<PerfExportSummary> run();
+
+ private:
+  Status build_kcore();
+  Status write_records();
+  Status add(perf::RecordBytes& r, uint64_t time, uint32_t cpu);
+  Status add_poke(uint64_t addr, const std::vector<uint8_t>& old_bytes, const std::vector<uint8_t>& new_bytes,
+                  uint64_t time, uint32_t cpu);
+  Status add_load_pokes(uint64_t addr, const std::vector<uint8_t>& text, uint64_t time);
+  const TextRecord* text_for_ksymbol(const BundleEvent& e) const;
+  bool in_ksymbol_range(uint64_t start, uint64_t end) const;
+  uint64_t cpu_id(uint32_t cpu) const { return kIdBase + (cpu < 4096 ? cpu : 0); }
+
+  const Bundle& b_;
+  const PerfExportOptions& o_;
+  PerfExportSummary s_;
+  KcoreText kcore_;
+  std::optional<perf::PerfFileWriter> w_;
+  std::vector<std::pair<uint64_t, uint64_t>> ksymbol_ranges_;
+};
+
+bool Exporter::in_ksymbol_range(uint64_t start, uint64_t end) const {
+  for (const auto& [a, z] : ksymbol_ranges_)
+    if (start < z && a < end) return true;
+  return false;
+}
+
+// The text copied when the guest registered this ksymbol: the first load
+// copy at its address from a little before the event on, else the copy saved
+// before its free.
+const TextRecord* Exporter::text_for_ksymbol(const BundleEvent& e) const {
+  const TextRecord* guard = nullptr;
+  for (const auto& r : b_.text.records) {
+    if (r.start != e.addr) continue;
+    if (r.source == TextSource::Load && r.time + kLoadSlackNs >= e.time) return &r;
+    if ((r.source == TextSource::Guard || r.source == TextSource::Unregister) && r.time >= e.time && !guard)
+      guard = &r;
+  }
+  return guard;
+}
+
+Status Exporter::build_kcore() {
+  if (!b_.kcore_path.empty()) KT_TRY(kcore_.add_elf(b_.kcore_path));
+  for (const auto& r : b_.text.records)
+    if (r.source == TextSource::Snapshot) kcore_.add(r.start, r.bytes, "snapshot " + r.name);
+  // Module text that came later: a segment for each range (its first copy);
+  // every load then rewrites it with a TEXT_POKE at its time.
+  for (const auto& r : b_.text.records) {
+    if (r.source == TextSource::Snapshot || r.bytes.empty()) continue;
+    if (in_ksymbol_range(r.start, r.start + r.bytes.size())) continue;
+    kcore_.add(r.start, r.bytes, std::string(text_source_name(r.source)) + " " + kthost_text_kind_name(r.kind));
+  }
+  s_.kcore_segments = kcore_.segments().size();
+  s_.kcore_bytes = kcore_.bytes();
+  for (const auto& n : kcore_.overlaps()) s_.notes.push_back(n);
+  return kcore_.write(o_.out_dir + "/kcore_dir/kcore");
+}
+
+Status Exporter::add(perf::RecordBytes& r, uint64_t time, uint32_t cpu) {
+  perf::append_sample_id(r, {0, 0, time, cpu < 4096 ? cpu : 0, cpu_id(cpu)});
+  KT_ASSIGN_OR_RETURN(auto bytes, r.finish());
+  KT_TRY(w_->add(bytes));
+  return ok_status();
+}
+
+Status Exporter::add_poke(uint64_t addr, const std::vector<uint8_t>& old_bytes, const std::vector<uint8_t>& new_bytes,
+                          uint64_t time, uint32_t cpu) {
+  perf::RecordBytes r(PERF_RECORD_TEXT_POKE, PERF_RECORD_MISC_KERNEL);
+  r.u64(addr).u16(static_cast<uint16_t>(old_bytes.size())).u16(static_cast<uint16_t>(new_bytes.size()));
+  r.bytes(old_bytes.data(), old_bytes.size()).bytes(new_bytes.data(), new_bytes.size()).pad8();
+  return add(r, time, cpu);
+}
+
+// Loaded text as TEXT_POKEs with no old bytes, in pieces that fit a record.
+Status Exporter::add_load_pokes(uint64_t addr, const std::vector<uint8_t>& text, uint64_t time) {
+  for (size_t off = 0; off < text.size(); off += kMaxPokeBytes) {
+    size_t n = std::min(kMaxPokeBytes, text.size() - off);
+    std::vector<uint8_t> piece(text.begin() + static_cast<long>(off), text.begin() + static_cast<long>(off + n));
+    KT_TRY(add_poke(addr + off, {}, piece, time, 0));
+    s_.load_pokes++;
+  }
+  return ok_status();
+}
+
+Status Exporter::write_records() {
+  const BundleClock& c = b_.manifest.clock;
+  // PT TSC = guest TSC + pt_offset, and perf time = time_zero + f(guest TSC):
+  // perf's time_zero for PT TSC absorbs f(pt_offset).
+  uint64_t time_zero = 0;
+  uint32_t mult = 1;
+  uint16_t shift = 0;
+  if (!c.identity) {
+    if (c.time_mult == 0)
+      return Error(ErrorCode::InvalidArgument,
+                   "the bundle's clock is unknown (the trace ended before the guest sent it): PT cannot be timed");
+    mult = c.time_mult;
+    shift = c.time_shift;
+    uint64_t off = static_cast<uint64_t>(c.pt_offset);
+    time_zero = c.pt_offset >= 0 ? c.time_zero - tsc_to_ns_part(off, mult, shift)
+                                 : c.time_zero + tsc_to_ns_part(0 - off, mult, shift);
+  }
+
+  perf::EventAttr pt;
+  pt.attr.type = kPmuType;
+  pt.attr.size = perf::kAttrSize;
+  pt.attr.config = kTscBit | kNoRetCompBit;
+  pt.attr.sample_period = 1;
+  pt.attr.sample_type = perf::kSampleType;
+  pt.attr.exclude_user = 1;
+  pt.attr.exclude_hv = 1;
+  pt.attr.exclude_guest = 0;
+  pt.attr.sample_id_all = 1;
+  pt.attr.mmap = 1;
+  pt.attr.comm = 1;
+  pt.attr.ksymbol = 1;
+  pt.attr.text_poke = 1;
+  pt.name = "intel_pt//k";
+  for (uint32_t cpu : b_.manifest.cpus) pt.ids.push_back(cpu_id(cpu));
+  if (pt.ids.empty()) pt.ids.push_back(cpu_id(0));
+  KT_ASSIGN_OR_RETURN(auto w, perf::PerfFileWriter::create(o_.out_dir + "/data", {pt}));
+  w_.emplace(std::move(w));
+
+  {
+    perf::RecordBytes r(perf::kRecordAuxtraceInfo, 0);
+    r.u32(perf::kAuxtraceIntelPt).u32(0);
+    uint64_t priv[perf::kPtPrivWords] = {};
+    priv[perf::kPtPmuType] = kPmuType;
+    priv[perf::kPtTimeShift] = shift;
+    priv[perf::kPtTimeMult] = mult;
+    priv[perf::kPtTimeZero] = time_zero;
+    priv[perf::kPtCapUserTimeZero] = 1;
+    priv[perf::kPtTscBit] = kTscBit;
+    priv[perf::kPtNoRetCompBit] = kNoRetCompBit;
+    priv[perf::kPtPerCpuMmaps] = 1;
+    priv[perf::kPtMtcBit] = kMtcBit;
+    priv[perf::kPtMtcFreqBits] = kMtcFreqBits;
+    priv[perf::kPtTscCtcN] = 2;
+    priv[perf::kPtTscCtcD] = 1;
+    priv[perf::kPtCycBit] = kCycBit;
+    priv[perf::kPtMaxNonTurboRatio] = 20;
+    for (uint64_t v : priv) r.u64(v);
+    KT_ASSIGN_OR_RETURN(auto bytes, r.finish());
+    KT_TRY(w_->add(bytes));
+  }
+
+  // The kernel map, as perf record synthesizes it: [kernel.kallsyms]_text at
+  // _text, its page offset the address of _text (the relocation reference).
+  KernelSymbols ks = find_kernel_symbols(b_.kallsyms);
+  if (!ks.text) return Error(ErrorCode::InvalidArgument, b_.dir + "/kallsyms: no _text symbol");
+  {
+    uint64_t end = ks.etext > ks.text ? ks.etext : ks.text + (uint64_t{64} << 20);
+    perf::RecordBytes r(PERF_RECORD_MMAP, PERF_RECORD_MISC_KERNEL);
+    r.u32(UINT32_MAX).u32(0).u64(ks.text).u64(end - ks.text).u64(ks.text).padded_string("[kernel.kallsyms]_text");
+    KT_TRY(add(r, 0, 0));
+  }
+
+  // Sideband in time order: ksymbols with their text, module loads, pokes.
+  std::vector<const BundleEvent*> events;
+  for (const auto& e : b_.events) events.push_back(&e);
+  std::stable_sort(events.begin(), events.end(), [](const auto* a, const auto* b) { return a->time < b->time; });
+  for (const BundleEvent* e : events) {
+    switch (e->kind) {
+      case BundleEvent::Kind::KsymbolRegister: {
+        const TextRecord* text = text_for_ksymbol(*e);
+        if (!text) {
+          s_.notes.push_back(hex(e->addr) + ": no text was saved for ksymbol " + e->name +
+                             " (perf decodes it as unmapped)");
+          break;
+        }
+        perf::RecordBytes r(PERF_RECORD_KSYMBOL, PERF_RECORD_MISC_KERNEL);
+        r.u64(e->addr).u32(static_cast<uint32_t>(e->len)).u16(PERF_RECORD_KSYMBOL_TYPE_OOL).u16(0);
+        r.padded_string(e->name);
+        KT_TRY(add(r, e->time, e->cpu));
+        s_.ksymbols++;
+        std::vector<uint8_t> bytes(text->bytes.begin(),
+                                   text->bytes.begin() + static_cast<long>(std::min<uint64_t>(e->len, text->bytes.size())));
+        KT_TRY(add_load_pokes(e->addr, bytes, e->time));
+        break;
+      }
+      case BundleEvent::Kind::KsymbolUnregister: {
+        perf::RecordBytes r(PERF_RECORD_KSYMBOL, PERF_RECORD_MISC_KERNEL);
+        r.u64(e->addr).u32(static_cast<uint32_t>(e->len)).u16(PERF_RECORD_KSYMBOL_TYPE_OOL);
+        r.u16(PERF_RECORD_KSYMBOL_FLAGS_UNREGISTER).padded_string(e->name);
+        KT_TRY(add(r, e->time, e->cpu));
+        break;
+      }
+      case BundleEvent::Kind::ModuleLoad: {
+        // The copy taken at this load; its init text comes with its guard copy.
+        for (const auto& t : b_.text.records)
+          if (t.start == e->addr && t.source == TextSource::Load && t.time + kLoadSlackNs >= e->time) {
+            KT_TRY(add_load_pokes(t.start, t.bytes, e->time));
+            break;
+          }
+        for (const auto& t : b_.text.records)
+          if (t.source == TextSource::Guard && t.kind == KTHOST_TEXT_MODULE_INIT && t.time >= e->time) {
+            KT_TRY(add_load_pokes(t.start, t.bytes, e->time));
+            break;
+          }
+        break;
+      }
+      case BundleEvent::Kind::TextPoke:
+        if (e->old_bytes.size() > kMaxPokeBytes || e->new_bytes.size() > kMaxPokeBytes) {
+          s_.notes.push_back(hex(e->addr) + ": a poke of " + std::to_string(e->new_bytes.size()) +
+                             " bytes is too large for a perf record (left out)");
+          break;
+        }
+        KT_TRY(add_poke(e->addr, e->old_bytes, e->new_bytes, e->time, e->cpu));
+        s_.text_pokes++;
+        break;
+      default: break;
+    }
+  }
+  KT_TRY(w_->add(perf::RecordBytes(perf::kRecordFinishedRound, 0).finish().value()));
+
+  // Each vCPU's PT, in buffers that start at a PSB.
+  for (const auto& [cpu, data] : b_.pt) {
+    if (data.empty()) continue;
+    constexpr uint64_t kBuffer = 8u << 20;
+    // A buffer's reference is a TSC near its start: perf's decoder takes a
+    // TSC packet's upper byte from it, and without one it never sets its
+    // clock (perf record stores the TSC when it read the buffer).
+    auto pieces = split_at_psb(cpu, data);
+    if (pieces.empty()) pieces.push_back({cpu, 0, data.size(), 0});
+    uint64_t begin = 0, reference = pieces[0].time;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      uint64_t end = i + 1 < pieces.size() ? pieces[i + 1].begin : data.size();
+      if (end - begin < kBuffer && i + 1 < pieces.size()) continue;
+      KT_TRY(w_->add_auxtrace(data.data() + begin, end - begin, begin, reference, cpu, UINT32_MAX, cpu));
+      s_.auxtrace_records++;
+      begin = end;
+      if (i + 1 < pieces.size()) reference = pieces[i + 1].time;
+    }
+    s_.pt_bytes += data.size();
+  }
+  KT_TRY(w_->add(perf::RecordBytes(perf::kRecordFinishedRound, 0).finish().value()));
+
+  w_->set_string_feature(perf::kFeatHostname, "kthost-guest");
+  w_->set_string_feature(perf::kFeatOsRelease, "guest");
+  w_->set_string_feature(perf::kFeatVersion, "kthost 0.1.0");
+  w_->set_string_feature(perf::kFeatArch, "x86_64");
+  uint32_t ncpu = b_.manifest.cpus.empty() ? 1 : *std::max_element(b_.manifest.cpus.begin(), b_.manifest.cpus.end()) + 1;
+  w_->set_nr_cpus(ncpu, ncpu);
+  w_->set_string_feature(perf::kFeatCpuDesc, "kthost guest vCPU");
+  w_->set_string_feature(perf::kFeatCpuId, "GenuineIntel,6,85,4");
+  w_->set_cmdline(o_.cmdline);
+  s_.data_bytes = w_->data_bytes();
+  return w_->close();
+}
+
+Result<PerfExportSummary> Exporter::run() {
+  if (b_.kallsyms.empty())
+    return Error(ErrorCode::InvalidArgument, b_.dir + ": the bundle has no kallsyms, and perf needs one");
+  for (const auto& e : b_.events)
+    if (e.kind == BundleEvent::Kind::KsymbolRegister) ksymbol_ranges_.push_back({e.addr, e.addr + e.len});
+  KT_TRY(make_dir(o_.out_dir));
+  KT_TRY(make_dir(o_.out_dir + "/kcore_dir"));
+  KT_TRY(build_kcore());
+  KT_TRY(write_file_atomic(o_.out_dir + "/kcore_dir/kallsyms", b_.kallsyms));
+  KT_TRY(write_file_atomic(o_.out_dir + "/kcore_dir/modules", b_.modules));
+  KT_TRY(write_records());
+  for (const auto& [name, count] : b_.losses)
+    if (count) s_.notes.push_back("loss " + name + " = " + std::to_string(count) + " (perf.data has no place for it)");
+  return s_;
+}
+
+}  // namespace
+
+Result<PerfExportSummary> export_perf_data(const Bundle& bundle, const PerfExportOptions& options) {
+  return Exporter(bundle, options).run();
+}
+
+}  // namespace kt

@@ -1,0 +1,125 @@
+// KcoreText: read and write the ELF core that holds the exported text.
+#include "kcore_text.h"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "kthost/common/fd.h"
+#include "kthost/common/strings.h"
+#include "kthost/snapshot/snapshot.h"
+
+namespace kt {
+namespace {
+
+Status pread_all(int fd, void* out, size_t len, uint64_t off, const std::string& path) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = ::pread(fd, static_cast<char*>(out) + done, len - done, static_cast<off_t>(off + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return io_error("read " + path, errno);
+    if (n == 0)
+      return Error(ErrorCode::InvalidInput, path + ": at offset " + std::to_string(off + done) + ": file ends early");
+    done += static_cast<size_t>(n);
+  }
+  return ok_status();
+}
+
+Status pwrite_all(int fd, const void* p, size_t len, uint64_t off, const std::string& path) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = ::pwrite(fd, static_cast<const char*>(p) + done, len - done, static_cast<off_t>(off + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return io_error("write " + path, errno);
+    done += static_cast<size_t>(n);
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Status KcoreText::add_elf(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return io_error("open " + path, errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return io_error("stat " + path, errno);
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  Elf64_Ehdr eh{};
+  KT_TRY(pread_all(fd.get(), &eh, sizeof eh, 0, path));
+  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64)
+    return Error(ErrorCode::InvalidInput, path + ": at offset 0: not an ELF64 file");
+  if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum > 4096 || eh.e_phoff > size)
+    return Error(ErrorCode::InvalidInput, path + ": at offset 32: bad program header table");
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph{};
+    uint64_t at = eh.e_phoff + uint64_t{i} * sizeof ph;
+    KT_TRY(pread_all(fd.get(), &ph, sizeof ph, at, path));
+    if (ph.p_type != PT_LOAD || ph.p_filesz == 0) continue;
+    if (ph.p_offset > size || ph.p_filesz > size - ph.p_offset || ph.p_filesz > (uint64_t{1} << 32))
+      return Error(ErrorCode::InvalidInput, path + ": at offset " + std::to_string(at) + ": segment " +
+                                                std::to_string(i) + " lies outside the file");
+    Segment s;
+    s.start = ph.p_vaddr;
+    s.bytes.resize(ph.p_filesz);
+    KT_TRY(pread_all(fd.get(), s.bytes.data(), s.bytes.size(), ph.p_offset, path));
+    add(s.start, s.bytes, "kcore");
+  }
+  return ok_status();
+}
+
+void KcoreText::add(uint64_t start, const std::vector<uint8_t>& bytes, const std::string& origin) {
+  if (bytes.empty()) return;
+  // The parts of [start, end) that no segment covers yet.
+  uint64_t end = start + bytes.size();
+  std::vector<std::pair<uint64_t, uint64_t>> covered;
+  for (const auto& s : segments_) {
+    uint64_t a = std::max(start, s.start), z = std::min(end, s.start + s.bytes.size());
+    if (a < z) covered.push_back({a, z});
+  }
+  std::sort(covered.begin(), covered.end());
+  uint64_t covered_bytes = 0;
+  for (const auto& [a, z] : covered) covered_bytes += z - a;
+  if (covered_bytes > 0 && covered_bytes < bytes.size())
+    overlaps_.push_back(hex(start) + "-" + hex(end) + " (" + origin + "): partly inside text exported before; " +
+                        "TEXT_POKEs reach only the parts a segment covers");
+  uint64_t at = start;
+  auto add_part = [&](uint64_t a, uint64_t z) {
+    if (a >= z) return;
+    segments_.push_back({a, std::vector<uint8_t>(bytes.begin() + static_cast<long>(a - start),
+                                                 bytes.begin() + static_cast<long>(z - start))});
+  };
+  for (const auto& [a, z] : covered) {
+    add_part(at, a);
+    at = std::max(at, z);
+  }
+  add_part(at, end);
+  std::sort(segments_.begin(), segments_.end(), [](const Segment& a, const Segment& b) { return a.start < b.start; });
+}
+
+uint64_t KcoreText::bytes() const {
+  uint64_t n = 0;
+  for (const auto& s : segments_) n += s.bytes.size();
+  return n;
+}
+
+Status KcoreText::write(const std::string& path) const {
+  std::vector<ElfSegment> segs;
+  for (const auto& s : segments_) segs.push_back({s.start, 0, s.bytes.size(), true});
+  std::vector<uint64_t> offsets;
+  std::string header = build_kcore_header(segs, &offsets);
+  std::string tmp = path + ".tmp";
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) return io_error("create " + tmp, errno);
+  KT_TRY(pwrite_all(fd.get(), header.data(), header.size(), 0, tmp));
+  for (size_t i = 0; i < segments_.size(); ++i)
+    KT_TRY(pwrite_all(fd.get(), segments_[i].bytes.data(), segments_[i].bytes.size(), offsets[i], tmp));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return io_error("rename " + tmp, errno);
+  return ok_status();
+}
+
+}  // namespace kt
