@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 
@@ -38,6 +39,41 @@ constexpr uint64_t kLoadSlackNs = 5'000'000;
 uint64_t tsc_to_ns_part(uint64_t tsc, uint32_t mult, uint16_t shift) {
   uint64_t quot = tsc >> shift, rem = tsc & ((uint64_t{1} << shift) - 1);
   return quot * mult + ((rem * mult) >> shift);
+}
+
+// /proc/modules lines: "name size refcount deps state address".
+struct ModuleLine {
+  std::string name;
+  uint64_t size = 0, start = 0;
+};
+std::vector<ModuleLine> parse_modules_text(const std::string& text) {
+  std::vector<ModuleLine> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) eol = text.size();
+    std::vector<std::string> f;
+    size_t i = pos;
+    while (i < eol) {
+      size_t sp = text.find(' ', i);
+      if (sp == std::string::npos || sp > eol) sp = eol;
+      if (sp > i) f.push_back(text.substr(i, sp - i));
+      i = sp + 1;
+    }
+    pos = eol + 1;
+    if (f.size() < 6 || f[0].size() > 64) continue;
+    auto size = parse_u64(f[1], 10), start = parse_u64(f[5], 16);
+    if (!size || !start || *size == 0 || *size > (uint64_t{1} << 30)) continue;
+    out.push_back({f[0], *size, *start});
+  }
+  return out;
+}
+
+// perf gives ksymbols with these names no text source (its "BPF image"
+// dsos read nothing), so the export sends their text the way it sends
+// module text, and names them in kallsyms.
+bool is_bpf_image_name(const std::string& name) {
+  return name.rfind("bpf_trampoline_", 0) == 0 || name.rfind("bpf_dispatcher_", 0) == 0;
 }
 
 // The kernel's _text, _stext and _etext from kallsyms text.
@@ -222,6 +258,14 @@ Status Exporter::write_records() {
     KT_TRY(add(r, 0, 0));
   }
 
+  // The modules loaded at the start, as perf record lists them: "[name]" at
+  // the address /proc/modules gives (perf checks kcore_dir/modules against them).
+  for (const auto& m : parse_modules_text(b_.modules)) {
+    perf::RecordBytes r(PERF_RECORD_MMAP, PERF_RECORD_MISC_KERNEL);
+    r.u32(UINT32_MAX).u32(0).u64(m.start).u64(m.size).u64(0).padded_string("[" + m.name + "]");
+    KT_TRY(add(r, 0, 0));
+  }
+
   // Sideband in time order: ksymbols with their text, module loads, pokes.
   std::vector<const BundleEvent*> events;
   for (const auto& e : b_.events) events.push_back(&e);
@@ -230,6 +274,10 @@ Status Exporter::write_records() {
     switch (e->kind) {
       case BundleEvent::Kind::KsymbolRegister: {
         const TextRecord* text = text_for_ksymbol(*e);
+        if (is_bpf_image_name(e->name)) {
+          if (text) KT_TRY(add_load_pokes(e->addr, text->bytes, e->time));
+          break;
+        }
         if (!text) {
           s_.notes.push_back(hex(e->addr) + ": no text was saved for ksymbol " + e->name +
                              " (perf decodes it as unmapped)");
@@ -246,6 +294,7 @@ Status Exporter::write_records() {
         break;
       }
       case BundleEvent::Kind::KsymbolUnregister: {
+        if (is_bpf_image_name(e->name)) break;
         perf::RecordBytes r(PERF_RECORD_KSYMBOL, PERF_RECORD_MISC_KERNEL);
         r.u64(e->addr).u32(static_cast<uint32_t>(e->len)).u16(PERF_RECORD_KSYMBOL_TYPE_OOL);
         r.u16(PERF_RECORD_KSYMBOL_FLAGS_UNREGISTER).padded_string(e->name);
@@ -264,6 +313,16 @@ Status Exporter::write_records() {
             KT_TRY(add_load_pokes(t.start, t.bytes, e->time));
             break;
           }
+        break;
+      }
+      case BundleEvent::Kind::Lost: {
+        // Sideband the guest lost (its perf ring, ktguest's queue): perf
+        // shows them as lost events. Other loss kinds are in the note.
+        if (e->count == 0 || (e->lost_kind != "perf-ring" && e->lost_kind != "queue")) break;
+        perf::RecordBytes r(PERF_RECORD_LOST, 0);
+        r.u64(cpu_id(e->cpu)).u64(e->count);
+        KT_TRY(add(r, e->time, e->cpu));
+        s_.lost_records += e->count;
         break;
       }
       case BundleEvent::Kind::TextPoke:
@@ -318,12 +377,31 @@ Status Exporter::write_records() {
 Result<PerfExportSummary> Exporter::run() {
   if (b_.kallsyms.empty())
     return Error(ErrorCode::InvalidArgument, b_.dir + ": the bundle has no kallsyms, and perf needs one");
-  for (const auto& e : b_.events)
-    if (e.kind == BundleEvent::Kind::KsymbolRegister) ksymbol_ranges_.push_back({e.addr, e.addr + e.len});
+  // BPF images get a static symbol (the first name at an address) and their
+  // text in kcore; every other ksymbol is a KSYMBOL record.
+  std::string kallsyms = b_.kallsyms;
+  if (!kallsyms.empty() && kallsyms.back() != '\n') kallsyms += '\n';
+  std::map<uint64_t, std::string> images;
+  for (const auto& e : b_.events) {
+    if (e.kind != BundleEvent::Kind::KsymbolRegister) continue;
+    if (!is_bpf_image_name(e.name)) {
+      ksymbol_ranges_.push_back({e.addr, e.addr + e.len});
+      continue;
+    }
+    auto [it, added] = images.emplace(e.addr, e.name);
+    if (added) {
+      char addr[32];
+      std::snprintf(addr, sizeof addr, "%016lx", static_cast<unsigned long>(e.addr));
+      kallsyms += std::string(addr) + " t " + e.name + "\t[bpf]\n";
+    } else if (it->second != e.name) {
+      s_.notes.push_back(hex(e.addr) + ": " + e.name + " reuses the address of " + it->second +
+                         "; perf names both " + it->second);
+    }
+  }
   KT_TRY(make_dir(o_.out_dir));
   KT_TRY(make_dir(o_.out_dir + "/kcore_dir"));
   KT_TRY(build_kcore());
-  KT_TRY(write_file_atomic(o_.out_dir + "/kcore_dir/kallsyms", b_.kallsyms));
+  KT_TRY(write_file_atomic(o_.out_dir + "/kcore_dir/kallsyms", kallsyms));
   KT_TRY(write_file_atomic(o_.out_dir + "/kcore_dir/modules", b_.modules));
   KT_TRY(write_records());
   for (const auto& [name, count] : b_.losses)

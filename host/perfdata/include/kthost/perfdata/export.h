@@ -29,7 +29,8 @@ namespace kt {
 
 struct PerfExportSummary {
   uint64_t pt_bytes = 0, auxtrace_records = 0;
-  uint64_t ksymbols = 0, text_pokes = 0, load_pokes = 0;  // load_pokes: TEXT_POKEs carrying loaded text
+  uint64_t ksymbols = 0, text_pokes = 0, load_pokes = 0;
+  uint64_t lost_records = 0;  // guest perf-ring records lost, as PERF_RECORD_LOST  // load_pokes: TEXT_POKEs carrying loaded text
   uint64_t kcore_segments = 0, kcore_bytes = 0;
   uint64_t data_bytes = 0;
   // What the export could not say to perf, one line each ("where: what").
