@@ -84,6 +84,28 @@ TEST_F(DecodeTest, LoopWithCallsGivesExactCounts) {
   EXPECT_EQ(*base, 20u);
 }
 
+// A block that falls through a symbol (a label in entry code, a cold part)
+// counts each instruction for the function it lies in, as perf does: here a
+// symbol at main_func+9 takes the loop's cmp and jne and the final ret.
+TEST_F(DecodeTest, ABlockThatFallsThroughASymbolCountsEachPartForItsFunction) {
+  auto b = core_bundle();
+  b.kallsyms = "ffffffff81000000 T main_func\nffffffff81000009 t main_tail\nffffffff81000100 T f_func\n"
+               "ffffffff81000200 T g_func\nffffffff81000300 T h_func\n";
+  test::PtWriter w;
+  w.psb(100);
+  EXPECT_EQ(test::walk(w, test::main_program(), kMain, test::main_decisions()), 20u);
+  b.pt[0] = w.finish();
+  Analysis a = open(b);
+  Profile p = decode(a);
+  EXPECT_EQ(p.insns, 20u);
+  EXPECT_EQ(insns_of(p, a.symbols, "main_func"), 7u);  // xor, then call and inc three times
+  EXPECT_EQ(insns_of(p, a.symbols, "main_tail"), 7u);  // cmp and jne three times, ret
+  EXPECT_EQ(insns_of(p, a.symbols, "f_func"), 6u);
+  EXPECT_EQ(calls_of(p, a.symbols, "f_func"), 3u);
+  EXPECT_EQ(calls_of(p, a.symbols, "main_tail"), 0u);  // fallen into, not called
+  EXPECT_TRUE(p.error_counts.empty());
+}
+
 TEST_F(DecodeTest, InstructionTraceIsTheExactFlow) {
   auto b = core_bundle();
   test::PtWriter w;

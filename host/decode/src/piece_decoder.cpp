@@ -1,6 +1,8 @@
 // PieceDecoder: the block decoder's inner loop and the profile it feeds.
 #include "piece_decoder.h"
 
+#include <Zydis/Zydis.h>
+
 #include "piece_walk.h"
 
 #include <intel-pt.h>
@@ -8,6 +10,19 @@
 #include <algorithm>
 
 namespace kt {
+
+size_t x86_insn_length(const uint8_t* p, size_t n) {
+  static thread_local ZydisDecoder decoder;
+  static thread_local bool ready = false;
+  if (!ready) {
+    ZydisDecoderInit(&decoder, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
+    ready = true;
+  }
+  ZydisDecoderContext context;
+  ZydisDecodedInstruction insn;
+  if (!ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&decoder, &context, p, n, &insn))) return 0;
+  return insn.length;
+}
 
 uint8_t classify_x86(const uint8_t* p, size_t n) {
   size_t i = 0;
@@ -83,6 +98,34 @@ void PieceDecoder::forget_leaders() {
   for (auto& e : cache_) e.leader_seen = false;
 }
 
+std::vector<PieceDecoder::BlockPart> PieceDecoder::split_block(uint64_t ip, uint64_t end_ip, int isid,
+                                                               uint64_t time) const {
+  std::vector<BlockPart> parts;
+  if (end_ip < ip || end_ip - ip > 4096) return parts;
+  std::vector<uint8_t> bytes(end_ip - ip + 15);
+  size_t n = 0;
+  int v = image_.version_of_isid(isid);
+  if (v >= 0) {
+    const auto& ver = image_.versions()[v];
+    if (ip >= ver.start && ip - ver.start < ver.size) {
+      n = std::min<uint64_t>(bytes.size(), ver.size - (ip - ver.start));
+      std::copy_n(image_.data(ver) + (ip - ver.start), n, bytes.begin());
+    }
+  }
+  if (n == 0) n = image_.read(ip, time, bytes.data(), bytes.size());
+  uint64_t at = ip;
+  while (at <= end_ip) {
+    size_t len = x86_insn_length(bytes.data() + (at - ip), n - std::min<size_t>(n, at - ip));
+    if (len == 0) return {};
+    uint32_t fn = symbols_.lookup(at, time);
+    if (parts.empty() || parts.back().fn != fn)
+      parts.push_back({fn, 0, fn != Symbolizer::kUnknown && symbols_.function(fn).start == at});
+    parts.back().ninsn++;
+    at += len;
+  }
+  return parts;
+}
+
 PieceDecoder::CacheEntry& PieceDecoder::lookup(uint64_t ip, uint64_t end_ip, int isid, int iclass, uint64_t time) {
   uint64_t h = (ip ^ (end_ip << 7) ^ (static_cast<uint64_t>(isid) * 0x9E3779B97F4A7C15ull)) * 0xff51afd7ed558ccdull;
   CacheEntry& e = cache_[(h >> 40) & (cache_.size() - 1)];
@@ -92,6 +135,16 @@ PieceDecoder::CacheEntry& PieceDecoder::lookup(uint64_t ip, uint64_t end_ip, int
   e.isid = isid;
   e.leader_seen = false;
   e.fn = symbols_.lookup(ip, time);
+  e.split = 0;
+  if (e.fn != Symbolizer::kUnknown && end_ip >= symbols_.function(e.fn).end) {
+    auto parts = split_block(ip, end_ip, isid, time);
+    if (parts.size() > 1) {
+      size_t slot = static_cast<size_t>(&e - cache_.data());
+      if (splits_.size() < cache_.size()) splits_.resize(cache_.size());
+      splits_[slot] = std::move(parts);
+      e.split = 1;
+    }
+  }
   switch (iclass) {
     case ptic_call:
     case ptic_far_call: e.cls = kClsCall; break;
@@ -192,8 +245,23 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
         e.leader_seen = true;
         s.new_blocks.emplace_back(e.fn, block.ip);
       }
-      bool at_entry = e.fn != Symbolizer::kUnknown && block.ip == symbols_.function(e.fn).start;
-      walk.on_block({e.fn, block.ninsn, e.cls, at_entry});
+      if (e.split) {
+        // The parts in order; the last one ends with the block's branch.
+        // (At a piece's end the block lost its last instruction: the parts
+        // are cut to the count libipt gave.)
+        const auto& parts = splits_[static_cast<size_t>(&e - cache_.data())];
+        uint32_t left = block.ninsn;
+        for (size_t i = 0; i < parts.size() && left > 0; ++i) {
+          uint32_t n = std::min(parts[i].ninsn, left);
+          left -= n;
+          bool last = i + 1 == parts.size() || left == 0;
+          walk.on_block({parts[i].fn, n + (last ? left : 0), last ? e.cls : static_cast<uint8_t>(kClsOther), parts[i].at_entry});
+          if (last) break;
+        }
+      } else {
+        bool at_entry = e.fn != Symbolizer::kUnknown && block.ip == symbols_.function(e.fn).start;
+        walk.on_block({e.fn, block.ninsn, e.cls, at_entry});
+      }
     }
     uint64_t offset = 0;
     pt_blk_get_offset(dec, &offset);

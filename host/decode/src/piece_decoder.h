@@ -47,7 +47,16 @@ class PieceDecoder {
     uint32_t fn = 0;
     uint8_t cls = 0;
     bool leader_seen = false;  // counted for coverage by this thread already
+    uint32_t split = 0;        // 1: the block runs into other functions (its parts: splits_[slot])
   };
+  // A block that falls through a symbol boundary (entry code, cold parts,
+  // labels) counts each instruction for the function it lies in.
+  struct BlockPart {
+    uint32_t fn = 0, ninsn = 0;
+    bool at_entry = false;
+  };
+  std::vector<BlockPart> split_block(uint64_t ip, uint64_t end_ip, int isid, uint64_t time) const;
+  std::vector<std::vector<BlockPart>> splits_;  // by cache slot
   Status run(const Piece& piece, int64_t shift, PieceScratch& s);
   void commit(uint32_t cpu, uint64_t piece_begin, PieceScratch& s);
   CacheEntry& lookup(uint64_t ip, uint64_t end_ip, int isid, int iclass, uint64_t time);

@@ -31,6 +31,8 @@ enum InsnClass : uint8_t { kClsOther = 0, kClsCall, kClsReturn, kClsJump, kClsCo
 inline constexpr uint32_t kStackMarker = 0x80000000u;
 // The class of the x86-64 instruction at `p` (prefixes skipped).
 uint8_t classify_x86(const uint8_t* p, size_t n);
+// The length of the x86-64 instruction at p (Zydis), 0 when it does not decode.
+size_t x86_insn_length(const uint8_t* p, size_t n);
 DecodeErrorKind classify_pt_error(int code);
 
 // What one piece added; committed into the thread's totals only if kept.
