@@ -43,17 +43,24 @@ std::vector<Piece> split_at_psb(uint32_t cpu, const std::vector<uint8_t>& stream
     Piece p;
     p.cpu = cpu;
     p.begin = offset;
-    // The PSB+ header's TSC is the piece's start time.
+    // The PSB+ header's TSC is the piece's start time; its FUP (tracing on)
+    // is where the previous piece's execution stopped.
+    uint64_t fup = 0;
     for (int i = 0; i < 16; ++i) {
       pt_packet packet;
       if (pt_pkt_next(dec, &packet, sizeof packet) < 0) break;
-      if (packet.type == ppt_tsc) {
-        p.time = packet.payload.tsc.tsc;
-        break;
+      if (packet.type == ppt_tsc && !p.time) p.time = packet.payload.tsc.tsc;
+      if (packet.type == ppt_fup) {
+        const auto& ip = packet.payload.ip;
+        if (ip.ipc == pt_ipc_full) fup = ip.ip;
+        if (ip.ipc == pt_ipc_sext_48) fup = (ip.ip & (1ull << 47)) ? ip.ip | 0xffff000000000000ull : ip.ip & 0xffffffffffffull;
       }
       if (packet.type == ppt_psbend) break;
     }
-    if (!pieces.empty()) pieces.back().end = offset;
+    if (!pieces.empty()) {
+      pieces.back().end = offset;
+      pieces.back().next_fup = fup;
+    }
     pieces.push_back(p);
   }
   pt_pkt_free_decoder(dec);

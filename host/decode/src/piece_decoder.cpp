@@ -98,6 +98,21 @@ void PieceDecoder::forget_leaders() {
   for (auto& e : cache_) e.leader_seen = false;
 }
 
+uint32_t PieceDecoder::insns_before(const pt_block& block, uint64_t stop, uint64_t time) const {
+  if (stop < block.ip || stop > block.end_ip || block.end_ip - block.ip > 4096) return UINT32_MAX;
+  uint8_t bytes[4096 + 15];
+  size_t n = image_.read(block.ip, time, bytes, std::min<uint64_t>(sizeof bytes, block.end_ip - block.ip + 15));
+  uint64_t at = block.ip;
+  uint32_t count = 0;
+  while (at < stop) {
+    size_t len = x86_insn_length(bytes + (at - block.ip), n - std::min<size_t>(n, at - block.ip));
+    if (len == 0) return UINT32_MAX;
+    at += len;
+    ++count;
+  }
+  return at == stop ? count : UINT32_MAX;
+}
+
 std::vector<PieceDecoder::BlockPart> PieceDecoder::split_block(uint64_t ip, uint64_t end_ip, int isid,
                                                                uint64_t time) const {
   std::vector<BlockPart> parts;
@@ -210,9 +225,37 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
   // in real code or in text the guest overwrote): libipt then returns blocks
   // forever without reading a packet. Bounded here, and reported.
   uint64_t last_offset = UINT64_MAX, blocks_here = 0;
+  std::vector<pt_block> tail;
+  auto process = [&](const pt_block& block) {
+    if (block.ninsn == 0) return;
+    CacheEntry& e = lookup(block.ip, block.end_ip, block.isid, block.iclass, walk.now());
+    if (walk.leader() && !e.leader_seen) {
+      e.leader_seen = true;
+      s.new_blocks.emplace_back(e.fn, block.ip);
+    }
+    if (e.split) {
+      // The parts in order; the last one ends with the block's branch.
+      // (A block cut at a piece's end is cut in its parts too.)
+      const auto& parts = splits_[static_cast<size_t>(&e - cache_.data())];
+      uint32_t left = block.ninsn;
+      for (size_t i = 0; i < parts.size() && left > 0; ++i) {
+        uint32_t n = std::min(parts[i].ninsn, left);
+        left -= n;
+        bool last = i + 1 == parts.size() || left == 0;
+        walk.on_block({parts[i].fn, n + (last ? left : 0), last ? e.cls : static_cast<uint8_t>(kClsOther),
+                       parts[i].at_entry});
+        if (last) break;
+      }
+    } else {
+      bool at_entry = e.fn != Symbolizer::kUnknown && block.ip == symbols_.function(e.fn).start;
+      walk.on_block({e.fn, block.ninsn, e.cls, at_entry});
+    }
+  };
   int status = pt_blk_sync_forward(dec);
   while (status >= 0) {
     while (status & pts_event_pending) {
+      for (auto& held : tail) process(held);  // events keep their place among the blocks
+      tail.clear();
       pt_event ev;
       status = pt_blk_event(dec, &ev, sizeof ev);
       if (status < 0) break;
@@ -235,40 +278,43 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
     if (status < 0) break;
     pt_block block{};
     status = pt_blk_next(dec, &block, sizeof block);
-    // At the end of a piece the block ends with the branch that needed the
-    // next packet: it runs after the next PSB, whose FUP points at it, so it
-    // belongs to the next piece (the stream's last piece: its outcome is unknown).
-    if (status == -pte_eos && block.ninsn > 0) block.ninsn--;
-    if (block.ninsn > 0) {
-      CacheEntry& e = lookup(block.ip, block.end_ip, block.isid, block.iclass, walk.now());
-      if (walk.leader() && !e.leader_seen) {
-        e.leader_seen = true;
-        s.new_blocks.emplace_back(e.fn, block.ip);
-      }
-      if (e.split) {
-        // The parts in order; the last one ends with the block's branch.
-        // (At a piece's end the block lost its last instruction: the parts
-        // are cut to the count libipt gave.)
-        const auto& parts = splits_[static_cast<size_t>(&e - cache_.data())];
-        uint32_t left = block.ninsn;
-        for (size_t i = 0; i < parts.size() && left > 0; ++i) {
-          uint32_t n = std::min(parts[i].ninsn, left);
-          left -= n;
-          bool last = i + 1 == parts.size() || left == 0;
-          walk.on_block({parts[i].fn, n + (last ? left : 0), last ? e.cls : static_cast<uint8_t>(kClsOther), parts[i].at_entry});
-          if (last) break;
-        }
-      } else {
-        bool at_entry = e.fn != Symbolizer::kUnknown && block.ip == symbols_.function(e.fn).start;
-        walk.on_block({e.fn, block.ninsn, e.cls, at_entry});
-      }
-    }
     uint64_t offset = 0;
     pt_blk_get_offset(dec, &offset);
+    // Blocks after the piece's last packet was read are held: at the end of
+    // the piece, execution stopped where the next PSB's FUP points (the last
+    // time the held blocks pass it, since no packet follows), and what libipt
+    // decoded beyond it is the next piece's. Without a FUP, the final block's
+    // branch (it needed the next packet) is the next piece's.
+    if (offset >= piece.end - piece.begin || status == -pte_eos) {
+      if (block.ninsn > 0) tail.push_back(block);
+      if (status == -pte_eos) {
+        size_t keep = tail.size();
+        uint32_t last_insns = tail.empty() ? 0 : tail.back().ninsn - 1u;
+        for (size_t k = tail.size(); piece.next_fup && k-- > 0;) {
+          uint32_t before = insns_before(tail[k], piece.next_fup, walk.now());
+          if (before != UINT32_MAX) {
+            keep = k + 1;
+            last_insns = before;
+            break;
+          }
+        }
+        for (size_t k = 0; k < keep; ++k) {
+          if (k + 1 == keep) tail[k].ninsn = static_cast<uint16_t>(last_insns);
+          process(tail[k]);
+        }
+        tail.clear();
+      }
+    } else {
+      for (auto& held : tail) process(held);
+      tail.clear();
+      process(block);
+    }
     if (offset != last_offset) {
       last_offset = offset;
       blocks_here = 0;
     } else if (++blocks_here > kMaxBlocksWithoutTrace && status >= 0) {
+      for (auto& held : tail) process(held);
+      tail.clear();
       record(DecodeErrorKind::Other, 0, block.ip,
              "the text loops with no branch that needs trace (a cycle of direct jumps): the piece's rest is skipped");
       status = pt_blk_sync_forward(dec);
@@ -276,6 +322,8 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
     }
     if (status < 0) {
       if (status == -pte_eos) break;
+      for (auto& held : tail) process(held);
+      tail.clear();
       record(classify_pt_error(status), status, block.ninsn ? block.end_ip : block.ip);
       status = pt_blk_sync_forward(dec);  // the next PSB is the next piece's: this ends the piece
       continue;
@@ -284,6 +332,7 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
     uint32_t lost_mtc = 0, lost_cyc = 0;
     if (pt_blk_time(dec, &tsc, &lost_mtc, &lost_cyc) >= 0) update_time(tsc);
   }
+  for (auto& held : tail) process(held);
   s.t_end = walk.now();
   s.final_node = walk.final_node();
   pt_blk_free_decoder(dec);

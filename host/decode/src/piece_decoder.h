@@ -9,6 +9,8 @@
 #include "kthost/decode/decoder.h"
 #include "piece_walk.h"
 
+struct pt_block;
+
 namespace kt {
 
 // One piece's stack counts, by the decoding thread's stack nodes, kept for
@@ -55,6 +57,9 @@ class PieceDecoder {
     uint32_t fn = 0, ninsn = 0;
     bool at_entry = false;
   };
+  // Instructions of `block` before `stop`, or UINT32_MAX when stop is not
+  // an instruction boundary inside it.
+  uint32_t insns_before(const pt_block& block, uint64_t stop, uint64_t time) const;
   std::vector<BlockPart> split_block(uint64_t ip, uint64_t end_ip, int isid, uint64_t time) const;
   std::vector<std::vector<BlockPart>> splits_;  // by cache slot
   Status run(const Piece& piece, int64_t shift, PieceScratch& s);

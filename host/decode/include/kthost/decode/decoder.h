@@ -36,6 +36,7 @@ struct Piece {
   uint32_t cpu = 0;
   uint64_t begin = 0, end = 0;  // byte offsets in the CPU's stream, begin at a PSB
   uint64_t time = 0;            // the PSB+'s TSC (0 when it has none)
+  uint64_t next_fup = 0;        // the FUP IP in the next piece's PSB+ (0: none): where this piece's execution ends
 };
 // Splits a stream at every PSB. Bytes before the first PSB are not a piece.
 std::vector<Piece> split_at_psb(uint32_t cpu, const std::vector<uint8_t>& pt);
