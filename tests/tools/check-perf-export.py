@@ -6,22 +6,73 @@ usage: check-perf-export.py EXPORT_DIR REPORT_JSON [--cpu N] [--min N] [--tolera
 EXPORT_DIR is what `kthost export BUNDLE -o EXPORT_DIR` wrote; REPORT_JSON is
 `kthost report BUNDLE --json --top 1000000`. Debian's perf (linux-perf)
 decodes the export with its own Intel PT decoder, which shares no code with
-libipt or kthost: `perf script --itrace=i1ie -F ip,sym,symoff` gives every
-instruction and every decode error. Instructions are counted per function
-start address (ip - symbol offset), as kthost's report counts them, so that
-two names for one address (aliases) do not matter.
+libipt or kthost.
 
-Checks: the total agrees within the tolerance (default 0.1%), and so does
-every function with at least --min instructions (default 10000) on either
-side. Every function that disagrees is listed with both counts. perf's
-decode errors are counted and printed beside kthost's. Exit status 1 when a
-check fails.
+1. Decode errors: `perf script --itrace=e` lists perf's, by vCPU and kind;
+   they are printed beside kthost's counts.
+2. Instructions: for each vCPU (or only --cpu N), `perf script --itrace=i1i
+   -F ip,sym,symoff` gives every instruction; they are counted per function
+   start address (ip - symbol offset), as kthost's report counts them, so two
+   names for one address (aliases) do not matter. The vCPU's total must
+   agree within the tolerance (default 0.1%), and so must every function
+   with at least --min instructions (default 10000) on either side; each one
+   that disagrees is listed with both counts.
+   A vCPU where perf reports an overflow is not compared, and says so: after
+   a trace overflow both decoders resume at the next packet that gives an IP
+   and may decode different amounts until they meet again. At least one vCPU
+   must be compared.
+
+Exit status 1 when a check fails.
 """
 import collections
 import json
 import re
 import subprocess
 import sys
+
+ERROR_RE = re.compile(r"instruction trace error type \d+ .*?cpu (-?\d+) .*?code (\d+): (.*)")
+
+
+def perf_errors(export_dir):
+    out = subprocess.run(["perf", "script", "-i", export_dir, "--itrace=e"], capture_output=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"FAIL  perf script --itrace=e exited {out.returncode}: {out.stderr.decode()[-500:]}")
+    errors = []
+    for line in out.stdout.decode(errors="replace").splitlines():
+        m = ERROR_RE.search(line)
+        if m:
+            errors.append((int(m.group(1)), m.group(3).strip()))
+    return errors
+
+
+def perf_counts(export_dir, cpu):
+    cmd = ["perf", "script", "-i", export_dir, "--itrace=i1i", "-F", "ip,sym,symoff", "--cpu", str(cpu)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    lines = collections.Counter()
+    for line in proc.stdout:
+        lines[line] += 1
+    err = proc.stderr.read().decode(errors="replace")
+    if proc.wait() != 0:
+        raise SystemExit(f"FAIL  {' '.join(cmd)} exited {proc.returncode}: {err[-500:]}")
+    per_start, names, unknown = collections.Counter(), {}, 0
+    for line, n in lines.items():
+        parts = line.decode(errors="replace").split(None, 1)
+        try:
+            ip = int(parts[0], 16)
+        except (ValueError, IndexError):
+            continue
+        sym = parts[1].strip() if len(parts) > 1 else "[unknown]"
+        if sym.startswith("[unknown]"):
+            unknown += n
+            per_start["unknown"] += n
+            continue
+        name, sep, off = sym.rpartition("+0x")
+        if not sep:
+            name, off = sym, "0"
+        start = ip - int(off, 16)
+        per_start[start] += n
+        names[start] = name
+    return per_start, names, unknown
 
 
 def main():
@@ -30,7 +81,7 @@ def main():
     pos = []
     while args:
         a = args.pop(0)
-        if a in opts:
+        if a in opts and args:
             opts[a] = args.pop(0)
         else:
             pos.append(a)
@@ -41,102 +92,61 @@ def main():
     min_insns, tol = int(opts["--min"]), float(opts["--tolerance"])
     report = json.load(open(report_path))
 
-    # perf: every instruction, by function start; decode errors by message.
-    per_start = collections.Counter()
-    names = {}
-    errors = collections.Counter()
-    error_re = re.compile(r"instruction trace error type \d+ .*code (\d+): (.*)")
-    total = 0
-    unknown = 0
-    cmd = ["perf", "script", "-i", export_dir, "--itrace=i1ie", "-F", "ip,sym,symoff"]
+    errors = perf_errors(export_dir)
+    by_kind = collections.Counter(msg for _, msg in errors)
+    ke = {k: v for k, v in report.get("errors", {}).items() if k != "examples"}
+    print(f"decode errors: perf {len(errors)} ({', '.join(f'{n} {m}' for m, n in by_kind.most_common()) or 'none'}); "
+          f"kthost {sum(v for v in ke.values() if isinstance(v, int))} ({', '.join(f'{v} {k}' for k, v in ke.items())})")
+
+    cpus = sorted({int(c) for f in report["functions"] for c in f.get("cpus", {})})
     if opts["--cpu"]:
-        cmd += ["--cpu", opts["--cpu"]]
-    proc = subprocess.Popen(cmd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    lines = collections.Counter()
-    for line in proc.stdout:
-        lines[line] += 1
-    err_text = proc.stderr.read().decode(errors="replace")
-    if proc.wait() != 0:
-        print(err_text[-2000:], file=sys.stderr)
-        print(f"FAIL  perf script exited {proc.returncode}")
-        return 1
-    for line, n in lines.items():
-        text = line.decode(errors="replace").strip()
-        m = error_re.search(text)
-        if m:
-            errors[m.group(2).strip()] += n
-            continue
-        parts = text.split(None, 1)
-        if not parts:
-            continue
-        try:
-            ip = int(parts[0], 16)
-        except ValueError:
-            continue
-        total += n
-        sym = parts[1] if len(parts) > 1 else "[unknown]"
-        if sym.startswith("[unknown]"):
-            unknown += n
-            per_start[("unknown", 0)] += n
-            continue
-        name, _, off = sym.rpartition("+0x")
-        if not name:
-            name, off = sym, "0"
-        start = ip - int(off, 16)
-        per_start[start] += n
-        names[start] = name
-
-    ours = collections.Counter()
-    our_names = {}
-    for f in report["functions"]:
-        start = int(f["start"], 16) if f.get("start") else None
-        key = start if start is not None else ("unknown", 0)
-        n = f["cpus"].get(opts["--cpu"], 0) if opts["--cpu"] else f["insns"]
-        ours[key] += n
-        our_names.setdefault(key, f["name"])
-    our_total = sum(ours.values()) if opts["--cpu"] else report["insns"]
-
-    failures = 0
+        cpus = [int(opts["--cpu"])]
+    overflowed = {c for c, msg in errors if "Overflow" in msg}
+    failures, compared, result = 0, 0, {"errors": dict(by_kind), "cpus": {}}
 
     def close(a, b):
         return abs(a - b) <= tol * max(a, b)
 
-    print(f"perf decoded {total} instructions, kthost {our_total}: "
-          f"{(total - our_total) / max(our_total, 1) * 100:+.3f}%")
-    if not close(total, our_total):
+    for cpu in cpus:
+        if cpu in overflowed:
+            print(f"vCPU {cpu}: not compared: perf reports a trace overflow there "
+                  f"(kthost: {ke.get('overflow', 0)} overflow(s) in all)")
+            result["cpus"][cpu] = "overflow"
+            continue
+        compared += 1
+        per_start, names, unknown = perf_counts(export_dir, cpu)
+        ours, our_names = collections.Counter(), {}
+        for f in report["functions"]:
+            key = int(f["start"], 16) if f.get("start") else "unknown"
+            ours[key] += f.get("cpus", {}).get(str(cpu), 0)
+            our_names.setdefault(key, f["name"])
+        total, our_total = sum(per_start.values()), sum(ours.values())
+        ok_total = close(total, our_total)
+        print(f"vCPU {cpu}: perf decoded {total} instructions, kthost {our_total} "
+              f"({total - our_total:+d}, {(total - our_total) / max(our_total, 1) * 100:+.4f}%); "
+              f"{unknown} of perf's in no symbol")
+        print(f"{'ok  ' if ok_total else 'FAIL'}  vCPU {cpu}: total within {tol * 100:g}%")
+        keys = {k for k, v in per_start.items() if v >= min_insns} | {k for k, v in ours.items() if v >= min_insns}
+        differ = sorted(((abs(per_start.get(k, 0) - ours.get(k, 0)), k, per_start.get(k, 0), ours.get(k, 0))
+                         for k in keys if not close(per_start.get(k, 0), ours.get(k, 0))), reverse=True)
+        exact = sum(1 for k in keys if per_start.get(k, 0) == ours.get(k, 0))
+        print(f"{'ok  ' if not differ else 'FAIL'}  vCPU {cpu}: {len(keys)} functions with >= {min_insns} "
+              f"instructions; {len(keys) - len(differ)} agree within {tol * 100:g}% ({exact} exactly), "
+              f"{len(differ)} differ")
+        for _, k, a, b in differ[:40]:
+            name = names.get(k) or our_names.get(k) or "?"
+            where = hex(k) if isinstance(k, int) else "unknown"
+            print(f"      {where} {name}: perf {a}, kthost {b} ({(a - b) / max(b, 1) * 100:+.2f}%)")
+        failures += (not ok_total) + bool(differ)
+        result["cpus"][cpu] = {"perf": total, "kthost": our_total, "functions": len(keys), "exact": exact,
+                               "differ": [{"start": hex(k) if isinstance(k, int) else k,
+                                           "name": names.get(k) or our_names.get(k), "perf": a, "kthost": b}
+                                          for _, k, a, b in differ]}
+    if compared == 0:
+        print("FAIL  no vCPU could be compared")
         failures += 1
-        print(f"FAIL  total instructions differ by more than {tol * 100:g}%")
-    else:
-        print(f"ok    total instructions within {tol * 100:g}%")
-    keys = set(k for k, v in per_start.items() if v >= min_insns) | set(k for k, v in ours.items() if v >= min_insns)
-    differ = []
-    for k in keys:
-        a, b = per_start.get(k, 0), ours.get(k, 0)
-        if not close(a, b):
-            differ.append((abs(a - b), k, a, b))
-    differ.sort(reverse=True)
-    print(f"functions with >= {min_insns} instructions on either side: {len(keys)}; "
-          f"{len(keys) - len(differ)} agree within {tol * 100:g}%, {len(differ)} differ")
-    for _, k, a, b in differ[:40]:
-        name = names.get(k) or our_names.get(k) or "?"
-        where = hex(k) if isinstance(k, int) else "unknown"
-        print(f"      {where} {name}: perf {a}, kthost {b} ({(a - b) / max(b, 1) * 100:+.2f}%)")
-    if differ:
-        failures += 1
-        print("FAIL  per-function instruction counts differ")
-    else:
-        print(f"ok    every function with >= {min_insns} instructions agrees")
-    print(f"perf: {unknown} instructions in no symbol; {sum(errors.values())} decode errors")
-    for msg, n in errors.most_common(10):
-        print(f"      {n} x {msg}")
-    ke = report.get("errors", {})
-    print(f"kthost: decode errors {json.dumps(ke.get('counts', ke) if isinstance(ke, dict) else ke)[:300]}")
     if opts["--json"]:
-        json.dump({"perf_total": total, "kthost_total": our_total, "perf_errors": dict(errors),
-                   "differ": [{"start": hex(k) if isinstance(k, int) else "unknown",
-                               "name": names.get(k) or our_names.get(k), "perf": a, "kthost": b}
-                              for _, k, a, b in differ]}, open(opts["--json"], "w"), indent=1)
+        json.dump(result, open(opts["--json"], "w"), indent=1)
     return 1 if failures else 0
 
 

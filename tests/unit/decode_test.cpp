@@ -349,6 +349,34 @@ TEST_F(DecodeTest, StacksAreStitchedAcrossPieces) {
   }
 }
 
+// A piece ends where the next PSB's FUP says execution was: here the PSB
+// comes when f_func's nop is about to run, so the nop is the second piece's
+// alone, though libipt decodes the first piece on to f_func's ret.
+TEST_F(DecodeTest, APieceEndsAtTheNextPsbsFupNotAtTheNextBranch) {
+  auto b = core_bundle();
+  test::PtWriter w;
+  w.psb(100);
+  w.pge(kMain);             // xor, call f_func: no packet needed
+  w.psb_at(200, kF + 0);    // tracing on, at f_func's nop
+  w.tip(kMain + 7);         // f_func's ret
+  w.tnt(true);              // jne taken: call f_func again
+  w.tip(kMain + 7);
+  w.tnt(true);
+  w.tip(kMain + 7);
+  w.tnt(false);
+  w.pgd(test::kUserAddress);  // main_func's ret
+  b.pt[0] = w.finish();
+  Analysis a = open(b);
+  for (unsigned threads : {1u, 2u}) {
+    Profile p = decode(a, threads);
+    EXPECT_EQ(p.pieces, 2u);
+    EXPECT_TRUE(p.error_counts.empty());
+    EXPECT_EQ(p.insns, 20u);
+    EXPECT_EQ(insns_of(p, a.symbols, "main_func"), 14u);
+    EXPECT_EQ(insns_of(p, a.symbols, "f_func"), 6u);
+  }
+}
+
 // Module text without a kallsyms symbol still counts for its module.
 TEST_F(DecodeTest, UnnamedModuleTextCountsForItsModule) {
   constexpr uint64_t kMod = 0xffffffffc0200000ull;

@@ -16,6 +16,9 @@
 #   - no kallsyms formatting ran in the guest for kthost during the trace:
 #     ktguest's own counter, and the report's observer part "kallsyms reads";
 #     the whole observer share is printed (its 1% target is not enforced yet);
+#   - perf's own decoder, on `kthost export`'s perf data directory, counts
+#     the same instructions per function on every vCPU without a trace
+#     overflow (tests/tools/check-perf-export.py);
 #   - the domain still runs afterwards.
 #
 # usage: tests/vm/run-main-job.sh BUILD_DIR [--check] [--keep DIR]
@@ -96,6 +99,13 @@ say "5. checks"
 "$SRC/tests/tools/check-bpf-text.py" "$BUNDLE" "$WORK/bpf.txt" || { say "FAIL  BPF text"; exit 1; }
 "$SRC/tests/tools/check-symbols.py" "$BUNDLE" "$WORK/report.json" "$WORK/guest-kallsyms" "$WORK/bpf.txt" ||
   { say "FAIL  symbols"; exit 1; }
+# perf's own Intel PT decoder (Debian's linux-perf, no code shared with
+# libipt or kthost) on `kthost export`: totals and per-function counts of
+# every vCPU without a trace overflow, and both decoders' errors.
+say "   kthost export, and perf's decoder against kthost's (tests/tools/check-perf-export.py)"
+"$K" export "$BUNDLE" -o "$WORK/perf" >"$WORK/export.log" || { cat "$WORK/export.log" >&2; say "FAIL  kthost export"; exit 1; }
+"$SRC/tests/tools/check-perf-export.py" "$WORK/perf" "$WORK/report.json" --json "$WORK/perf-check.json" ||
+  { say "FAIL  perf cross-check"; exit 1; }
 state=$(virsh -q -c qemu:///system domstate "$NAME")
 python3 - "$WORK/report.json" "$BUNDLE/summary.json" "$BUNDLE/events.jsonl" "$state" "$WORK/workload.out" \
   "$WORK/ktguest.stats" <<'EOF'
