@@ -59,6 +59,18 @@ test::SynthBundle core_bundle(size_t text_size = 0x1000) {
   return b;
 }
 
+// The packets of main_func's loop from f_func's first ret on: the ret, jne
+// taken twice (calling f_func again), then main_func's ret to user mode.
+void main_loop_from_first_ret(test::PtWriter& w) {
+  w.tip(kMain + 7);  // f_func's ret
+  w.tnt(true);       // jne taken: call f_func again
+  w.tip(kMain + 7);
+  w.tnt(true);
+  w.tip(kMain + 7);
+  w.tnt(false);
+  w.pgd(test::kUserAddress);  // main_func's ret
+}
+
 TEST_F(DecodeTest, LoopWithCallsGivesExactCounts) {
   auto b = core_bundle();
   test::PtWriter w;
@@ -331,13 +343,7 @@ TEST_F(DecodeTest, StacksAreStitchedAcrossPieces) {
   w.psb(100);
   w.pge(kMain);              // xor, call f_func, nop; the ret needs the next piece
   w.psb_at(200, kF + 1);     // tracing on, at f_func's ret
-  w.tip(kMain + 7);          // ret
-  w.tnt(true);               // jne taken: call f_func again
-  w.tip(kMain + 7);
-  w.tnt(true);
-  w.tip(kMain + 7);
-  w.tnt(false);
-  w.pgd(test::kUserAddress);  // main_func's ret
+  main_loop_from_first_ret(w);
   b.pt[0] = w.finish();
   Analysis a = open(b);
   for (unsigned threads : {1u, 2u}) {
@@ -358,13 +364,7 @@ TEST_F(DecodeTest, APieceEndsAtTheNextPsbsFupNotAtTheNextBranch) {
   w.psb(100);
   w.pge(kMain);             // xor, call f_func: no packet needed
   w.psb_at(200, kF + 0);    // tracing on, at f_func's nop
-  w.tip(kMain + 7);         // f_func's ret
-  w.tnt(true);              // jne taken: call f_func again
-  w.tip(kMain + 7);
-  w.tnt(true);
-  w.tip(kMain + 7);
-  w.tnt(false);
-  w.pgd(test::kUserAddress);  // main_func's ret
+  main_loop_from_first_ret(w);
   b.pt[0] = w.finish();
   Analysis a = open(b);
   for (unsigned threads : {1u, 2u}) {

@@ -1,9 +1,7 @@
 // KcoreText: read and write the ELF core that holds the exported text.
 #include "kcore_text.h"
 
-#include <elf.h>
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,19 +14,6 @@
 
 namespace kt {
 namespace {
-
-Status pread_all(int fd, void* out, size_t len, uint64_t off, const std::string& path) {
-  size_t done = 0;
-  while (done < len) {
-    ssize_t n = ::pread(fd, static_cast<char*>(out) + done, len - done, static_cast<off_t>(off + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return io_error("read " + path, errno);
-    if (n == 0)
-      return Error(ErrorCode::InvalidInput, path + ": at offset " + std::to_string(off + done) + ": file ends early");
-    done += static_cast<size_t>(n);
-  }
-  return ok_status();
-}
 
 Status pwrite_all(int fd, const void* p, size_t len, uint64_t off, const std::string& path) {
   size_t done = 0;
@@ -44,31 +29,8 @@ Status pwrite_all(int fd, const void* p, size_t len, uint64_t off, const std::st
 }  // namespace
 
 Status KcoreText::add_elf(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return io_error("open " + path, errno);
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return io_error("stat " + path, errno);
-  uint64_t size = static_cast<uint64_t>(st.st_size);
-  Elf64_Ehdr eh{};
-  KT_TRY(pread_all(fd.get(), &eh, sizeof eh, 0, path));
-  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64)
-    return Error(ErrorCode::InvalidInput, path + ": at offset 0: not an ELF64 file");
-  if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum > 4096 || eh.e_phoff > size)
-    return Error(ErrorCode::InvalidInput, path + ": at offset 32: bad program header table");
-  for (unsigned i = 0; i < eh.e_phnum; ++i) {
-    Elf64_Phdr ph{};
-    uint64_t at = eh.e_phoff + uint64_t{i} * sizeof ph;
-    KT_TRY(pread_all(fd.get(), &ph, sizeof ph, at, path));
-    if (ph.p_type != PT_LOAD || ph.p_filesz == 0) continue;
-    if (ph.p_offset > size || ph.p_filesz > size - ph.p_offset || ph.p_filesz > (uint64_t{1} << 32))
-      return Error(ErrorCode::InvalidInput, path + ": at offset " + std::to_string(at) + ": segment " +
-                                                std::to_string(i) + " lies outside the file");
-    Segment s;
-    s.start = ph.p_vaddr;
-    s.bytes.resize(ph.p_filesz);
-    KT_TRY(pread_all(fd.get(), s.bytes.data(), s.bytes.size(), ph.p_offset, path));
-    add(s.start, s.bytes, "kcore");
-  }
+  KT_ASSIGN_OR_RETURN(auto segments, read_kcore_segments(path));
+  for (const auto& seg : segments) add(seg.vaddr, seg.bytes, "kcore");
   return ok_status();
 }
 

@@ -51,6 +51,17 @@ Result<SnapshotSummary> write_snapshot(PageWalker& walker, const KernelLayout& l
                                        const std::string& dir,
                                        const std::function<void(uint64_t, uint64_t)>& progress = {});
 
+// One PT_LOAD of a kcore file: text at a guest virtual address.
+struct KcoreSegment {
+  uint64_t vaddr = 0;
+  std::vector<uint8_t> bytes;
+};
+// Every PT_LOAD with bytes in an ELF64 core file (`kthost snapshot`'s, a
+// bundle's, perf's kcore_dir/kcore). The file is untrusted: the header, the
+// program header table and every segment are bounds-checked. Errors: Io;
+// InvalidInput naming the path and the offset of what is wrong.
+Result<std::vector<KcoreSegment>> read_kcore_segments(const std::string& path);
+
 // The layout as JSON (also what `kthost snapshot --json` prints).
 std::string layout_to_json(const KernelLayout& layout, const SnapshotSummary* summary);
 
