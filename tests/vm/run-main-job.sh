@@ -18,7 +18,8 @@
 #     the whole observer share is printed (its 1% target is not enforced yet);
 #   - perf's own decoder, on `kthost export`'s perf data directory, counts
 #     the same instructions per function on every vCPU it decodes without
-#     an error, and at least one (tests/tools/check-perf-export.py);
+#     an error, the same total on one with desyncs only, and at least one
+#     vCPU is compared (tests/tools/check-perf-export.py);
 #   - the domain still runs afterwards.
 #
 # usage: tests/vm/run-main-job.sh BUILD_DIR [--check] [--keep DIR]
