@@ -45,7 +45,7 @@ int run(const std::vector<std::string>& args) {
       std::printf("note: %zu things perf.data cannot say:\n", s->notes.size());
       for (const auto& n : s->notes) std::printf("  %s\n", n.c_str());
     }
-    std::printf("read it with: perf script -i %s --itrace=i0ns   or   perf report -i %s --itrace=i100us --stdio\n",
+    std::printf("read it with: perf script -i %s --itrace=i1i   or   perf report -i %s --itrace=i100us --stdio\n",
                 out->c_str(), out->c_str());
   }
   return 0;
