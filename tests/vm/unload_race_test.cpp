@@ -180,6 +180,28 @@ class UnloadRace : public ::testing::Test {
     return text ? nlohmann::json::parse(*text, nullptr, false) : nlohmann::json();
   }
 
+  // The holds kthost could not save, by reason and kind, with the first of
+  // each (holds.jsonl), so a failure says why.
+  static std::string failed_holds(const std::string& dir) {
+    auto text = read_file(dir + "/holds.jsonl");
+    if (!text) return "holds.jsonl: " + text.error().message;
+    std::map<std::string, std::pair<int, std::string>> why;
+    size_t pos = 0;
+    while (pos < text->size()) {
+      size_t nl = text->find('\n', pos);
+      if (nl == std::string::npos) nl = text->size();
+      auto j = nlohmann::json::parse(text->substr(pos, nl - pos), nullptr, false);
+      pos = nl + 1;
+      if (!j.is_object() || !j.contains("error")) continue;
+      std::string key = "kind " + std::to_string(j.value("kind", 0)) + ": " + j.value("error", "");
+      auto& [count, first] = why[key];
+      if (count++ == 0) first = j.dump();
+    }
+    std::string out = "failed holds (holds.jsonl):";
+    for (const auto& [key, v] : why) out += "\n  " + std::to_string(v.first) + " x " + key + "\n    first: " + v.second;
+    return out;
+  }
+
   static std::string guest_file(const std::string& path) {
     auto out = vm_->exec("cat " + path, std::chrono::seconds(120));
     EXPECT_TRUE(out && out->status == 0 && !out->truncated) << path;
@@ -217,7 +239,7 @@ TEST_F(UnloadRace, GuardSavesEveryUnloadedTextExactly) {
   EXPECT_EQ(misses(after), misses(before)) << "ktguard missed holds: " << vm_->check("cat /sys/module/ktguard/parameters/misses")->c_str();
   EXPECT_EQ(after["unguarded"], before["unguarded"]) << "frees went unguarded while kthost was attached";
   EXPECT_GT(after["acks"], before["acks"] + kBpfPrograms);
-  EXPECT_EQ(summary.value("holds_failed", 1), 0);
+  EXPECT_EQ(summary.value("holds_failed", 1), 0) << failed_holds(dir);
   EXPECT_EQ(summary.value("lost_guard_miss", 1), 0);
   EXPECT_EQ(summary.value("holds", 0), after["notices"] - before["notices"]);
   // kthost stored every saved hold's ack word (the memfd backing is
