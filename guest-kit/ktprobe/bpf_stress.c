@@ -7,7 +7,7 @@
  * KSYMBOL/BPF_EVENT side band and trampoline text for kthost tests; the file
  * it writes is the guest's own account of every JIT image.
  *
- *   ktprobe bpf-stress --count N --out FILE [--kinds LIST] [--batch K] [--seed S]
+ *   ktprobe bpf-stress --count N --out FILE [--kinds LIST] [--batch K] [--seed S] [--calls C]
  *
  *   --count N   programs to load in all (1..1000000), cycling through LIST
  *   --out FILE  one line per program, in load order:
@@ -16,6 +16,9 @@
  *               (the default: all of them, in that order)
  *   --batch K   at most K programs loaded at a time (1..512, default 16): when
  *               K are loaded, all are closed before the next load
+ *   --calls C   how many times the traced function is called while each
+ *               fentry/fexit program is attached (1..1000000, default 1), so
+ *               that the programs run enough to be counted in a trace
  *   --seed S    varies the program bodies (default 1); the same seed gives
  *               the same programs
  *
@@ -452,9 +455,9 @@ static uint64_t close_batch(int *progs, int *links, unsigned *used) {
 
 static int usage(void) {
   fprintf(stderr,
-          "usage: ktprobe bpf-stress --count N --out FILE [--kinds LIST] [--batch K] [--seed S]\n"
+          "usage: ktprobe bpf-stress --count N --out FILE [--kinds LIST] [--batch K] [--seed S] [--calls C]\n"
           "  N 1..%u; LIST comma-separated from socket,xdp,tracepoint,kprobe,fentry,fexit (default all);\n"
-          "  K 1..%u (default 16); S any u64 (default 1)\n",
+          "  K 1..%u (default 16); S any u64 (default 1); C 1..1000000 (default 1)\n",
           MAX_COUNT, MAX_BATCH);
   return 2;
 }
@@ -480,7 +483,7 @@ static int parse_kinds(const char *list, int *kinds) {
 }
 
 int bpf_stress(int argc, char **argv) {
-  uint64_t count = 0, batch = 16, seed = 1;
+  uint64_t count = 0, batch = 16, seed = 1, calls = 1;
   const char *out_path = NULL, *kind_list = "socket,xdp,tracepoint,kprobe,fentry,fexit";
   for (int i = 0; i < argc; ++i) {
     const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -488,11 +491,13 @@ int bpf_stress(int argc, char **argv) {
     if (strcmp(argv[i], "--count") == 0 && !parse_num(val, &count)) ++i;
     else if (strcmp(argv[i], "--batch") == 0 && !parse_num(val, &batch)) ++i;
     else if (strcmp(argv[i], "--seed") == 0 && !parse_num(val, &seed)) ++i;
+    else if (strcmp(argv[i], "--calls") == 0 && !parse_num(val, &calls)) ++i;
     else if (strcmp(argv[i], "--out") == 0) out_path = argv[++i];
     else if (strcmp(argv[i], "--kinds") == 0) kind_list = argv[++i];
     else return usage();
   }
-  if (!out_path || count < 1 || count > MAX_COUNT || batch < 1 || batch > MAX_BATCH) return usage();
+  if (!out_path || count < 1 || count > MAX_COUNT || batch < 1 || batch > MAX_BATCH || calls < 1 || calls > 1000000)
+    return usage();
   int kinds[MAX_KIND_LIST];
   int nkinds = parse_kinds(kind_list, kinds);
   if (nkinds < 0) return 2;
@@ -591,7 +596,8 @@ int bpf_stress(int argc, char **argv) {
         break;
       }
       links[used - 1] = link;
-      syscall(TARGETS[target].sysno, TARGETS[target].arg, 0L); /* run the trampoline once */
+      for (uint64_t c = 0; c < calls; ++c)
+        syscall(TARGETS[target].sysno, TARGETS[target].arg, 0L); /* run the trampoline */
       close(link);                    /* detach: the trampoline is freed */
       links[used - 1] = -1;
       attach_us += now_us() - t0;

@@ -40,8 +40,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 1: {
       auto e = kt::parse_events_jsonl(text, "events.jsonl");
       if (e.ok())
-        for (const auto& ev : *e)
+        for (const auto& ev : *e) {
           if (ev.old_bytes.size() > 4096 || ev.new_bytes.size() > 4096) __builtin_trap();
+          // What was accepted reads back the same through the one writer.
+          if (ev.kind == kt::BundleEvent::Kind::Other) continue;
+          auto again = kt::parse_events_jsonl(kt::event_to_json(ev) + "\n", "again");
+          if (!again.ok() || again->size() != 1) __builtin_trap();
+          const auto& a = again->front();
+          if (a.kind != ev.kind || a.addr != ev.addr || a.bpf_id != ev.bpf_id || a.bpf_tag != ev.bpf_tag ||
+              a.name != ev.name || a.new_bytes != ev.new_bytes)
+            __builtin_trap();
+        }
       break;
     }
     case 2: {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """perf's own decoder as an independent check of kthost's.
 
-usage: check-perf-export.py EXPORT_DIR REPORT_JSON [--cpu N] [--min N] [--tolerance F] [--json OUT]
+usage: check-perf-export.py EXPORT_DIR REPORT_JSON [--cpu N] [--min N] [--tolerance F] [--bpf] [--json OUT]
 
 EXPORT_DIR is what `kthost export BUNDLE -o EXPORT_DIR` wrote; REPORT_JSON is
 `kthost report BUNDLE --json --top 1000000`. Debian's perf (linux-perf)
@@ -25,15 +25,29 @@ libipt or kthost.
    listed but not held against it. After an overflow or a never-ending loop
    it is not compared (perf may walk a misdecoded loop for billions of
    instructions). At least one vCPU must be compared.
+3. BPF programs: on each compared vCPU, every program either decoder counted
+   must have the same count in both (any count: programs run little, and
+   perf reads their text from the export's BPF_PROG_INFO). With --bpf, BPF
+   programs must have run (kthost counted some); when every vCPU they ran on
+   had perf errors, that is said, and nothing about them is compared.
+4. "Failed to get instruction" (perf found no text at an address) on a vCPU
+   where neither decoder reports any other error is a failure: the export
+   lacks text that kthost has. After an overflow or a desync it is where a
+   lost decoder went, and is only listed.
 
-Exit status 1 when a check fails.
+Exit status 1 when a check fails; 3 when nothing failed but no vCPU could be
+compared (every one had perf errors), or with --bpf, when BPF programs ran
+only on vCPUs that could not be compared: the caller may trace again.
 """
 import collections
+import concurrent.futures
 import json
 import re
 import subprocess
 import sys
 
+BPF_PROG_RE = re.compile(r"bpf_prog_[0-9a-f]{16}(_|$)")  # a JIT image, not a kernel function
+IP_RE = re.compile(r" ip (0x[0-9a-f]+) ")
 ERROR_RE = re.compile(r"instruction trace error type \d+ .*?cpu (-?\d+) .*?code (\d+): (.*)")
 
 
@@ -41,12 +55,15 @@ def perf_errors(export_dir):
     out = subprocess.run(["perf", "script", "-i", export_dir, "--itrace=e"], capture_output=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"FAIL  perf script --itrace=e exited {out.returncode}: {out.stderr.decode()[-500:]}")
-    errors = []
+    errors, ips = [], []
     for line in out.stdout.decode(errors="replace").splitlines():
         m = ERROR_RE.search(line)
         if m:
             errors.append((int(m.group(1)), m.group(3).strip()))
-    return errors
+            ip = IP_RE.search(line)
+            if ip and "Failed to get" in m.group(3):
+                ips.append((int(m.group(1)), ip.group(1)))
+    return errors, ips
 
 
 def perf_counts(export_dir, cpu):
@@ -82,10 +99,12 @@ def perf_counts(export_dir, cpu):
 def main():
     args = sys.argv[1:]
     opts = {"--min": "10000", "--tolerance": "0.001", "--json": "", "--cpu": ""}
-    pos = []
+    pos, want_bpf = [], False
     while args:
         a = args.pop(0)
-        if a in opts and args:
+        if a == "--bpf":
+            want_bpf = True
+        elif a in opts and args:
             opts[a] = args.pop(0)
         else:
             pos.append(a)
@@ -96,7 +115,7 @@ def main():
     min_insns, tol = int(opts["--min"]), float(opts["--tolerance"])
     report = json.load(open(report_path))
 
-    errors = perf_errors(export_dir)
+    errors, errors_ips = perf_errors(export_dir)
     by_kind = collections.Counter(msg for _, msg in errors)
     ke = {k: v for k, v in report.get("errors", {}).items() if k != "examples"}
     print(f"decode errors: perf {len(errors)} ({', '.join(f'{n} {m}' for m, n in by_kind.most_common()) or 'none'}); "
@@ -109,24 +128,38 @@ def main():
     for c, msg in errors:
         errored[c][msg] += 1
     failures, compared, result = 0, 0, {"errors": dict(by_kind), "cpus": {}}
+    kthost_errored = {e.get("cpu") for e in report.get("errors", {}).get("examples", [])}
+    for c in sorted(errored):
+        if set(errored[c]) == {"Failed to get instruction"} and c not in kthost_errored:
+            ips = [line for cpu_, line in errors_ips if cpu_ == c][:10]
+            print(f"FAIL  vCPU {c}: perf found no text {errored[c]['Failed to get instruction']} times, with no "
+                  f"other error before: the export lacks text there ({', '.join(ips)})")
+            failures += 1
 
     def close(a, b):
         return abs(a - b) <= tol * max(a, b)
 
+    # Which vCPUs are compared, and how; perf decodes them all at once.
+    plan = {}
     for cpu in cpus:
-        totals_only = False
-        if errored.get(cpu):
-            what = ", ".join(f"{n} {m}" for m, n in errored[cpu].most_common())
-            if any("match instruction" not in m for m in errored[cpu]):
-                print(f"vCPU {cpu}: not compared: perf reports decode errors there ({what}); after an overflow "
-                      f"or a misdecoded loop the decoders go separate ways")
-                result["cpus"][cpu] = "decode errors: " + what
-                continue
+        what = ", ".join(f"{n} {m}" for m, n in errored[cpu].most_common()) if errored.get(cpu) else ""
+        if what and any("match instruction" not in m for m in errored[cpu]):
+            print(f"vCPU {cpu}: not compared: perf reports decode errors there ({what}); after an overflow "
+                  f"or a misdecoded loop the decoders go separate ways")
+            result["cpus"][cpu] = "decode errors: " + what
+            continue
+        plan[cpu] = what
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(plan))) as pool:
+        decoded = {cpu: pool.submit(perf_counts, export_dir, cpu) for cpu in plan}
+        decoded = {cpu: f.result() for cpu, f in decoded.items()}
+
+    for cpu, what in plan.items():
+        totals_only = bool(what)
+        if totals_only:
             print(f"vCPU {cpu}: perf reports {what}; after each the decoders resume at different packets, "
                   f"so only the total is held to the tolerance here")
-            totals_only = True
         compared += 1
-        per_start, names, unknown = perf_counts(export_dir, cpu)
+        per_start, names, unknown = decoded[cpu]
         ours, our_names = collections.Counter(), {}
         for f in report["functions"]:
             key = int(f["start"], 16) if f.get("start") else "unknown"
@@ -150,17 +183,43 @@ def main():
             name = names.get(k) or our_names.get(k) or "?"
             where = hex(k) if isinstance(k, int) else "unknown"
             print(f"      {where} {name}: perf {a}, kthost {b} ({(a - b) / max(b, 1) * 100:+.2f}%)")
-        failures += (not ok_total) + (bool(differ) and not totals_only)
-        result["cpus"][cpu] = {"perf": total, "kthost": our_total, "functions": len(keys), "exact": exact,
+        # BPF programs at any count (they run little, and perf gets their text
+        # from the export's BPF_PROG_INFO, kthost from its own store).
+        bpf = {k for k in set(per_start) | set(ours)
+               if isinstance(k, int) and BPF_PROG_RE.match(names.get(k) or our_names.get(k) or "")}
+        bpf_differ = sorted(k for k in bpf if per_start.get(k, 0) != ours.get(k, 0))
+        ran = [k for k in bpf if per_start.get(k, 0) or ours.get(k, 0)]
+        label = "ok  " if not bpf_differ else "note" if totals_only else "FAIL"
+        print(f"{label}  vCPU {cpu}: {len(ran)} BPF programs ran: perf {sum(per_start.get(k, 0) for k in bpf)} "
+              f"instructions in them, kthost {sum(ours.get(k, 0) for k in bpf)}; {len(bpf_differ)} differ")
+        for k in bpf_differ[:20]:
+            print(f"      {hex(k)} {names.get(k) or our_names.get(k)}: perf {per_start.get(k, 0)}, kthost {ours.get(k, 0)}")
+        failures += (not ok_total) + (bool(differ) and not totals_only) + (bool(bpf_differ) and not totals_only)
+        result["cpus"][cpu] = {"bpf_programs_ran": len(ran), "bpf_differ": len(bpf_differ),"perf": total, "kthost": our_total, "functions": len(keys), "exact": exact,
                                "differ": [{"start": hex(k) if isinstance(k, int) else k,
                                            "name": names.get(k) or our_names.get(k), "perf": a, "kthost": b}
                                           for _, k, a, b in differ]}
-    if compared == 0:
-        print("FAIL  no vCPU could be compared: every one overflowed or looped")
-        failures += 1
+    nothing_compared = compared == 0
+    if nothing_compared:
+        print("none  no vCPU could be compared: perf reports errors on every one")
+    if want_bpf:
+        bpf_cpus = sorted({int(c) for f in report["functions"] if BPF_PROG_RE.match(f["name"])
+                           for c, n in f.get("cpus", {}).items() if n > 0})
+        checked = [c for c in bpf_cpus if c in plan]
+        if not bpf_cpus:
+            print("FAIL  --bpf: kthost counted no instruction in any BPF program (did the workload run them?)")
+            failures += 1
+        elif not checked:
+            print(f"none  BPF programs ran on vCPU {', '.join(map(str, bpf_cpus))} only, where perf reports "
+                  f"decode errors: they are not compared in this run")
+            nothing_compared = True
+        else:
+            print(f"ok    BPF programs compared on vCPU {', '.join(map(str, checked))} "
+                  f"(of {', '.join(map(str, bpf_cpus))}, where they ran)")
+        result["bpf_cpus"], result["bpf_compared_cpus"] = bpf_cpus, checked
     if opts["--json"]:
         json.dump(result, open(opts["--json"], "w"), indent=1)
-    return 1 if failures else 0
+    return 1 if failures else 3 if nothing_compared else 0
 
 
 if __name__ == "__main__":

@@ -143,5 +143,46 @@ TEST(PerfData, FileHasHeaderIdsAttrsDataAndFeatureSections) {
   EXPECT_EQ(idx_off + idx_size, s.size());
 }
 
+// struct bpf_prog_info offsets from include/uapi/linux/bpf.h (written out
+// here, not taken from the header the writer uses).
+TEST(PerfData, BpfProgInfoIsPerfsBpilWithArraysAsOffsetsIntoData) {
+  BpfProgInfo p;
+  p.id = 42;
+  p.tag = {1, 2, 3, 4, 5, 6, 7, 8};
+  p.name = "a_rather_long_program_name";
+  p.load_time = 99;
+  p.addr = 0xffffffffc0001234ull;
+  p.jited = {0x55, 0x48, 0x89, 0xe5, 0xc3};  // 5 bytes: data pads them to 8
+  auto v = encode_bpf_prog_info({p});
+  std::string s(v.begin(), v.end());
+  ASSERT_GE(s.size(), 4u + 16u);
+  EXPECT_EQ(at<uint32_t>(s, 0), 1u);  // count
+  uint32_t info_len = at<uint32_t>(s, 4), data_len = at<uint32_t>(s, 8);
+  EXPECT_EQ(info_len, 192u);  // up to run_time_ns
+  EXPECT_EQ(at<uint64_t>(s, 12), (1u << 0) | (1u << 3) | (1u << 4) | (1u << 8));  // jited insns, ksyms, func lens, tags
+  const size_t info = 20, data = info + info_len;
+  ASSERT_EQ(s.size(), data + data_len);
+  EXPECT_EQ(data_len, 8u + 8u + 8u + 8u);
+  EXPECT_EQ(at<uint32_t>(s, info + 4), 42u);                         // id
+  EXPECT_EQ(s.substr(info + 8, 8), std::string("\1\2\3\4\5\6\7\10", 8));  // tag
+  EXPECT_EQ(at<uint32_t>(s, info + 16), 5u);                         // jited_prog_len
+  EXPECT_EQ(at<uint64_t>(s, info + 24), 0u);                         // jited_prog_insns: offset 0
+  EXPECT_EQ(at<uint64_t>(s, info + 40), 99u);                        // load_time
+  EXPECT_EQ(std::string(s.data() + info + 64), "a_rather_long_p");   // name: 15 characters and a NUL
+  EXPECT_EQ(at<uint32_t>(s, info + 104), 1u);                        // nr_jited_ksyms
+  EXPECT_EQ(at<uint32_t>(s, info + 108), 1u);                        // nr_jited_func_lens
+  uint64_t ksyms = at<uint64_t>(s, info + 112), lens = at<uint64_t>(s, info + 120);
+  EXPECT_EQ(at<uint32_t>(s, info + 180), 1u);                        // nr_prog_tags
+  uint64_t tags = at<uint64_t>(s, info + 184);
+  EXPECT_EQ(ksyms, 8u);
+  EXPECT_EQ(lens, 16u);
+  EXPECT_EQ(tags, 24u);
+  EXPECT_EQ(s.substr(data, 5), std::string("\x55\x48\x89\xe5\xc3", 5));
+  EXPECT_EQ(at<uint64_t>(s, data + ksyms), p.addr);
+  EXPECT_EQ(at<uint32_t>(s, data + lens), 5u);
+  EXPECT_EQ(s.substr(data + tags, 8), s.substr(info + 8, 8));
+  EXPECT_EQ(encode_bpf_prog_info({}), std::vector<uint8_t>(4, 0));  // no programs: count 0
+}
+
 }  // namespace
 }  // namespace kt::perf

@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 
+#include <array>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -29,6 +30,7 @@ struct SynthBundle {
   std::vector<BundleEvent> events;
   std::vector<TextRecord> text;
   std::string kallsyms, modules;
+  std::map<std::string, uint64_t> losses;  // losses.json
 
   // Writes DIR (created) and returns it; throws on failure.
   std::string write(const std::string& dir) const {
@@ -44,6 +46,7 @@ struct SynthBundle {
       if (!(*w)->append_text(r)) throw std::runtime_error("append_text");
     if (!kallsyms.empty() && !(*w)->write_whole_file("kallsyms", kallsyms)) throw std::runtime_error("kallsyms");
     if (!modules.empty() && !(*w)->write_whole_file("modules", modules)) throw std::runtime_error("modules");
+    for (const auto& [name, count] : losses) (*w)->set_loss(name, count);
     auto st = (*w)->close();
     if (!st) throw std::runtime_error(st.error().message);
     return dir;
@@ -59,6 +62,17 @@ inline BundleEvent ksymbol(uint64_t time, uint64_t addr, uint64_t len, const std
   e.len = len;
   e.ksym_type = 1;
   e.name = name;
+  return e;
+}
+
+// A BPF program's load or unload (after the ksymbols of its functions).
+inline BundleEvent bpf_event(uint64_t time, uint32_t id, std::array<uint8_t, 8> tag, bool load) {
+  BundleEvent e;
+  e.kind = load ? BundleEvent::Kind::BpfLoad : BundleEvent::Kind::BpfUnload;
+  e.kind_name = "bpf";
+  e.time = time;
+  e.bpf_id = id;
+  e.bpf_tag = tag;
   return e;
 }
 

@@ -193,6 +193,16 @@ Result<BundleEvent> parse_event(const nlohmann::json& j) {
     e.len = size->get<uint64_t>();
     if (e.len > (uint64_t{1} << 32)) return fail("module: text_size too large");
     KT_ASSIGN_OR_RETURN(e.name, name());
+  } else if (e.kind_name == "bpf") {
+    auto id = j.find("id"), load = j.find("load"), tag = j.find("tag");
+    if (id == j.end() || !id->is_number_unsigned() || id->get<uint64_t>() > UINT32_MAX || load == j.end() ||
+        !load->is_boolean() || tag == j.end() || !tag->is_string())
+      return fail("bpf: missing or bad id, load or tag");
+    auto bytes = parse_hex_bytes(tag->get<std::string>());
+    if (!bytes || bytes->size() != e.bpf_tag.size()) return fail("bpf: the tag is not 16 hex digits");
+    e.kind = load->get<bool>() ? BundleEvent::Kind::BpfLoad : BundleEvent::Kind::BpfUnload;
+    e.bpf_id = id->get<uint32_t>();
+    std::copy(bytes->begin(), bytes->end(), e.bpf_tag.begin());
   } else if (e.kind_name == "lost") {
     auto count = j.find("count");
     if (count == j.end() || !count->is_number_unsigned()) return fail("lost: missing count");
@@ -258,6 +268,13 @@ std::string event_to_json(const BundleEvent& e) {
       j["kind"] = "lost";
       j["count"] = e.count;
       j["lost_kind"] = e.lost_kind;
+      break;
+    case BundleEvent::Kind::BpfLoad:
+    case BundleEvent::Kind::BpfUnload:
+      j["kind"] = "bpf";
+      j["load"] = e.kind == BundleEvent::Kind::BpfLoad;
+      j["id"] = e.bpf_id;
+      j["tag"] = hex_bytes(e.bpf_tag.data(), e.bpf_tag.size());
       break;
     case BundleEvent::Kind::Other: break;
   }

@@ -34,6 +34,7 @@ constexpr uint64_t kMtcBit = 1u << 9, kMtcFreqBits = 0xfu << 14, kCycBit = 1u <<
 constexpr uint64_t kIdBase = 1;           // sample id of CPU n: kIdBase + n
 constexpr size_t kMaxPokeBytes = 60000;   // a TEXT_POKE's bytes (the record is at most 64 KiB)
 constexpr uint64_t kLoadSlackNs = 5'000'000;
+constexpr uint64_t kMaxAuxFlagRecords = 4096;  // PERF_RECORD_AUX per vCPU and flag; more are counted in a note
 
 // perf's TSC to time: time_zero + (tsc >> shift) * mult + ((tsc & mask) * mult >> shift).
 uint64_t tsc_to_ns_part(uint64_t tsc, uint32_t mult, uint16_t shift) {
@@ -99,12 +100,29 @@ KernelSymbols find_kernel_symbols(const std::string& kallsyms) {
   return k;
 }
 
+// "aux_truncated_cpu3" -> (PERF_AUX_FLAG_TRUNCATED, 3): the hardware AUX
+// ring's per-vCPU counters, which perf.data holds as PERF_RECORD_AUX flags.
+std::optional<std::pair<uint64_t, uint32_t>> aux_loss_key(const std::string& name) {
+  static const std::pair<const char*, uint64_t> kinds[] = {{"aux_truncated_cpu", PERF_AUX_FLAG_TRUNCATED},
+                                                           {"aux_partial_cpu", PERF_AUX_FLAG_PARTIAL},
+                                                           {"aux_collision_cpu", PERF_AUX_FLAG_COLLISION}};
+  for (const auto& [prefix, flag] : kinds) {
+    std::string p(prefix);
+    if (name.rfind(p, 0) != 0) continue;
+    auto cpu = parse_u64(name.substr(p.size()), 10);
+    if (!cpu || *cpu > 65535) return std::nullopt;
+    return std::make_pair(flag, static_cast<uint32_t>(*cpu));
+  }
+  return std::nullopt;
+}
+
 class Exporter {
  public:
   Exporter(const Bundle& b, const PerfExportOptions& o) : b_(b), o_(o) {}
   Result<PerfExportSummary> run();
 
  private:
+  void find_bpf_programs();
   Status build_kcore();
   Status write_records();
   Status add(perf::RecordBytes& r, uint64_t time, uint32_t cpu);
@@ -113,6 +131,7 @@ class Exporter {
   Status add_load_pokes(uint64_t addr, const std::vector<uint8_t>& text, uint64_t time);
   const TextRecord* text_for_ksymbol(const BundleEvent& e) const;
   bool in_ksymbol_range(uint64_t start, uint64_t end) const;
+  uint64_t begin_time(uint64_t start, uint64_t end, uint64_t time) const;
   uint64_t cpu_id(uint32_t cpu) const { return kIdBase + (cpu < 4096 ? cpu : 0); }
 
   const Bundle& b_;
@@ -121,7 +140,74 @@ class Exporter {
   KcoreText kcore_;
   std::optional<perf::PerfFileWriter> w_;
   std::vector<std::pair<uint64_t, uint64_t>> ksymbol_ranges_;
+  // Single-function BPF programs, sent as perf record sends them: a BPF
+  // KSYMBOL, a BPF_EVENT and their JIT bytes in the BPF_PROG_INFO feature.
+  std::vector<perf::BpfProgInfo> progs_;
+  std::map<const BundleEvent*, size_t> prog_ksymbols_;  // register or unregister -> progs_ index
+  std::map<uint32_t, size_t> prog_ids_;                 // program id -> progs_ index
+  std::map<uint32_t, uint64_t> prog_begin_;              // program id -> its KSYMBOL's time
+  struct End {
+    uint64_t start, end, time;
+  };
+  std::vector<End> ends_;  // where text stopped: unregisters, unloads, copies saved before a free
 };
+
+// New text runs at once, and the bundle's sideband and PT clocks agree only
+// to within the alignment's error (under TCG, the channel's latency). So
+// what brings text (a KSYMBOL, a BPF_EVENT, a load's TEXT_POKEs) is dated a
+// little before its event, as kthost's own image dates a load copy, but never
+// before the end of what was at that address before.
+uint64_t Exporter::begin_time(uint64_t start, uint64_t end, uint64_t time) const {
+  uint64_t begin = time > kLoadSlackNs ? time - kLoadSlackNs : 0;
+  for (const auto& e : ends_)
+    if (e.start < end && start < e.end && e.time <= time && e.time >= begin) begin = std::min(time, e.time + 1);
+  return begin;
+}
+
+// A BPF program's load event follows the ksymbol registrations of its
+// functions; its unload follows their unregistrations. A program with one
+// function named for its tag ("bpf_prog_<tag>_<name>") whose text was saved
+// becomes a BPF_PROG_INFO entry; others stay out-of-line ksymbols.
+void Exporter::find_bpf_programs() {
+  std::vector<const BundleEvent*> since_last;  // ksymbol events since the last bpf event
+  std::map<uint64_t, size_t> live;              // address -> progs_ index, while loaded
+  for (const auto& e : b_.events) {
+    if ((e.kind == BundleEvent::Kind::KsymbolRegister || e.kind == BundleEvent::Kind::KsymbolUnregister) &&
+        e.ksym_type == PERF_RECORD_KSYMBOL_TYPE_BPF && !is_bpf_image_name(e.name)) {
+      since_last.push_back(&e);
+      continue;
+    }
+    if (e.kind != BundleEvent::Kind::BpfLoad && e.kind != BundleEvent::Kind::BpfUnload) continue;
+    std::vector<const BundleEvent*> mine;
+    for (const auto* k : since_last) mine.push_back(k);
+    since_last.clear();
+    if (mine.size() != 1) continue;
+    const BundleEvent* k = mine[0];
+    std::string prefix = "bpf_prog_" + hex_bytes(e.bpf_tag.data(), e.bpf_tag.size());
+    if (k->name.rfind(prefix, 0) != 0) continue;
+    if (e.kind == BundleEvent::Kind::BpfLoad && k->kind == BundleEvent::Kind::KsymbolRegister) {
+      const TextRecord* text = text_for_ksymbol(*k);
+      if (!text || prog_ids_.count(e.bpf_id) || k->len == 0) continue;
+      perf::BpfProgInfo p;
+      p.id = e.bpf_id;
+      p.tag = e.bpf_tag;
+      p.name = k->name.size() > prefix.size() + 1 ? k->name.substr(prefix.size() + 1) : "";
+      p.load_time = e.time;
+      p.addr = k->addr;
+      p.jited.assign(text->bytes.begin(),
+                     text->bytes.begin() + static_cast<long>(std::min<uint64_t>(k->len, text->bytes.size())));
+      prog_ksymbols_[k] = progs_.size();
+      prog_ids_[e.bpf_id] = progs_.size();
+      live[k->addr] = progs_.size();
+      progs_.push_back(std::move(p));
+    } else if (e.kind == BundleEvent::Kind::BpfUnload && k->kind == BundleEvent::Kind::KsymbolUnregister) {
+      auto it = live.find(k->addr);
+      if (it == live.end() || progs_[it->second].id != e.bpf_id) continue;
+      prog_ksymbols_[k] = it->second;
+      live.erase(it);
+    }
+  }
+}
 
 bool Exporter::in_ksymbol_range(uint64_t start, uint64_t end) const {
   for (const auto& [a, z] : ksymbol_ranges_)
@@ -129,9 +215,9 @@ bool Exporter::in_ksymbol_range(uint64_t start, uint64_t end) const {
   return false;
 }
 
-// The text copied when the guest registered this ksymbol: the first load
-// copy at its address from a little before the event on, else the copy saved
-// before its free.
+// The text copied when the guest registered this ksymbol or loaded this
+// module: the first load copy at its address from a little before the event
+// on, else the copy saved before its free.
 const TextRecord* Exporter::text_for_ksymbol(const BundleEvent& e) const {
   const TextRecord* guard = nullptr;
   for (const auto& r : b_.text.records) {
@@ -154,9 +240,13 @@ Status Exporter::build_kcore() {
     if (in_ksymbol_range(r.start, r.start + r.bytes.size())) continue;
     kcore_.add(r.start, r.bytes, std::string(text_source_name(r.source)) + " " + kthost_text_kind_name(r.kind));
   }
+  for (const auto& p : progs_) kcore_.cut(p.addr, p.addr + p.jited.size());
   s_.kcore_segments = kcore_.segments().size();
   s_.kcore_bytes = kcore_.bytes();
-  for (const auto& n : kcore_.overlaps()) s_.notes.push_back(n);
+  for (const auto& o : kcore_.overlaps())
+    s_.notes.push_back({hex(o.start) + "-" + hex(o.end) + " (" + o.origin + "): partly inside text exported before; " +
+                            "perf's TEXT_POKEs reach only the parts a kcore segment covers",
+                        o.start, o.end});
   return kcore_.write(o_.out_dir + "/kcore_dir/kcore");
 }
 
@@ -274,43 +364,67 @@ Status Exporter::write_records() {
     switch (e->kind) {
       case BundleEvent::Kind::KsymbolRegister: {
         const TextRecord* text = text_for_ksymbol(*e);
+        const uint64_t begin = begin_time(e->addr, e->addr + std::max<uint64_t>(e->len, 1), e->time);
         if (is_bpf_image_name(e->name)) {
-          if (text) KT_TRY(add_load_pokes(e->addr, text->bytes, e->time));
+          if (text) KT_TRY(add_load_pokes(e->addr, text->bytes, begin));
+          break;
+        }
+        if (prog_ksymbols_.count(e)) {
+          perf::RecordBytes r(PERF_RECORD_KSYMBOL, PERF_RECORD_MISC_KERNEL);
+          r.u64(e->addr).u32(static_cast<uint32_t>(e->len)).u16(PERF_RECORD_KSYMBOL_TYPE_BPF).u16(0);
+          r.padded_string(e->name);
+          KT_TRY(add(r, begin, e->cpu));
+          prog_begin_[progs_[prog_ksymbols_.at(e)].id] = begin;
+          s_.ksymbols++;
           break;
         }
         if (!text) {
-          s_.notes.push_back(hex(e->addr) + ": no text was saved for ksymbol " + e->name +
-                             " (perf decodes it as unmapped)");
+          s_.notes.push_back({hex(e->addr) + ": no text was saved for ksymbol " + e->name +
+                                  " (perf decodes it as unmapped)",
+                              e->addr, e->addr + e->len});
           break;
         }
         perf::RecordBytes r(PERF_RECORD_KSYMBOL, PERF_RECORD_MISC_KERNEL);
         r.u64(e->addr).u32(static_cast<uint32_t>(e->len)).u16(PERF_RECORD_KSYMBOL_TYPE_OOL).u16(0);
         r.padded_string(e->name);
-        KT_TRY(add(r, e->time, e->cpu));
+        KT_TRY(add(r, begin, e->cpu));
         s_.ksymbols++;
         std::vector<uint8_t> bytes(text->bytes.begin(),
                                    text->bytes.begin() + static_cast<long>(std::min<uint64_t>(e->len, text->bytes.size())));
-        KT_TRY(add_load_pokes(e->addr, bytes, e->time));
+        KT_TRY(add_load_pokes(e->addr, bytes, begin + 1));
         break;
       }
       case BundleEvent::Kind::KsymbolUnregister: {
         if (is_bpf_image_name(e->name)) break;
         perf::RecordBytes r(PERF_RECORD_KSYMBOL, PERF_RECORD_MISC_KERNEL);
-        r.u64(e->addr).u32(static_cast<uint32_t>(e->len)).u16(PERF_RECORD_KSYMBOL_TYPE_OOL);
+        r.u64(e->addr).u32(static_cast<uint32_t>(e->len));
+        r.u16(prog_ksymbols_.count(e) ? PERF_RECORD_KSYMBOL_TYPE_BPF : PERF_RECORD_KSYMBOL_TYPE_OOL);
         r.u16(PERF_RECORD_KSYMBOL_FLAGS_UNREGISTER).padded_string(e->name);
         KT_TRY(add(r, e->time, e->cpu));
         break;
       }
+      case BundleEvent::Kind::BpfLoad:
+      case BundleEvent::Kind::BpfUnload: {
+        if (!prog_ids_.count(e->bpf_id)) break;
+        perf::RecordBytes r(PERF_RECORD_BPF_EVENT, 0);
+        r.u16(e->kind == BundleEvent::Kind::BpfLoad ? perf::kBpfEventProgLoad : perf::kBpfEventProgUnload).u16(0);
+        r.u32(e->bpf_id).bytes(e->bpf_tag.data(), e->bpf_tag.size());
+        // A load right after its KSYMBOL (which made the map it fills).
+        uint64_t time = e->time;
+        if (auto b = prog_begin_.find(e->bpf_id); e->kind == BundleEvent::Kind::BpfLoad && b != prog_begin_.end())
+          time = std::min(time, b->second + 1);
+        KT_TRY(add(r, time, e->cpu));
+        s_.bpf_events++;
+        break;
+      }
       case BundleEvent::Kind::ModuleLoad: {
         // The copy taken at this load; its init text comes with its guard copy.
-        for (const auto& t : b_.text.records)
-          if (t.start == e->addr && t.source == TextSource::Load && t.time + kLoadSlackNs >= e->time) {
-            KT_TRY(add_load_pokes(t.start, t.bytes, e->time));
-            break;
-          }
+        // (When no load copy was taken, the copy saved before its free, as kthost's image uses it.)
+        const uint64_t begin = begin_time(e->addr, e->addr + std::max<uint64_t>(e->len, 1), e->time);
+        if (const TextRecord* t = text_for_ksymbol(*e)) KT_TRY(add_load_pokes(t->start, t->bytes, begin));
         for (const auto& t : b_.text.records)
           if (t.source == TextSource::Guard && t.kind == KTHOST_TEXT_MODULE_INIT && t.time >= e->time) {
-            KT_TRY(add_load_pokes(t.start, t.bytes, e->time));
+            KT_TRY(add_load_pokes(t.start, t.bytes, begin_time(t.start, t.start + t.bytes.size(), e->time)));
             break;
           }
         break;
@@ -327,8 +441,9 @@ Status Exporter::write_records() {
       }
       case BundleEvent::Kind::TextPoke:
         if (e->old_bytes.size() > kMaxPokeBytes || e->new_bytes.size() > kMaxPokeBytes) {
-          s_.notes.push_back(hex(e->addr) + ": a poke of " + std::to_string(e->new_bytes.size()) +
-                             " bytes is too large for a perf record (left out)");
+          s_.notes.push_back({hex(e->addr) + ": a poke of " + std::to_string(e->new_bytes.size()) +
+                                  " bytes is too large for a perf record (left out)",
+                              e->addr, e->addr + e->new_bytes.size()});
           break;
         }
         KT_TRY(add_poke(e->addr, e->old_bytes, e->new_bytes, e->time, e->cpu));
@@ -359,6 +474,30 @@ Status Exporter::write_records() {
     }
     s_.pt_bytes += data.size();
   }
+  // AUX losses the kernel reported (hardware PT), as perf record gets them:
+  // PERF_RECORD_AUX with the flag, one per time it happened. Where in the
+  // stream is not known, so each sits at the end of its vCPU's trace.
+  for (const auto& [name, count] : b_.losses) {
+    auto key = aux_loss_key(name);
+    if (!key || count == 0) continue;
+    auto [flag, cpu] = *key;
+    auto it = b_.pt.find(cpu);
+    uint64_t end = it == b_.pt.end() ? 0 : it->second.size();
+    uint64_t last_tsc = 0;
+    if (it != b_.pt.end())
+      for (const auto& p : split_at_psb(cpu, it->second)) last_tsc = std::max(last_tsc, p.time);
+    uint64_t time = time_zero + tsc_to_ns_part(last_tsc, mult, shift);
+    uint64_t n = std::min(count, kMaxAuxFlagRecords);
+    for (uint64_t i = 0; i < n; ++i) {
+      perf::RecordBytes r(PERF_RECORD_AUX, 0);
+      r.u64(end).u64(0).u64(flag);
+      KT_TRY(add(r, time, cpu));
+      s_.aux_flag_records++;
+    }
+    if (count > n)
+      s_.notes.push_back({"vCPU " + std::to_string(cpu) + ": " + name + " = " + std::to_string(count) + "; only " +
+                          std::to_string(n) + " PERF_RECORD_AUX records written for it"});
+  }
   KT_TRY(w_->add(perf::RecordBytes(perf::kRecordFinishedRound, 0).finish().value()));
 
   w_->set_string_feature(perf::kFeatHostname, "kthost-guest");
@@ -370,6 +509,8 @@ Status Exporter::write_records() {
   w_->set_string_feature(perf::kFeatCpuDesc, "kthost guest vCPU");
   w_->set_string_feature(perf::kFeatCpuId, "GenuineIntel,6,85,4");
   w_->set_cmdline(o_.cmdline);
+  if (!progs_.empty()) w_->set_feature(perf::kFeatBpfProgInfo, perf::encode_bpf_prog_info(progs_));
+  s_.bpf_programs = progs_.size();
   s_.data_bytes = w_->data_bytes();
   return w_->close();
 }
@@ -394,10 +535,18 @@ Result<PerfExportSummary> Exporter::run() {
       std::snprintf(addr, sizeof addr, "%016lx", static_cast<unsigned long>(e.addr));
       kallsyms += std::string(addr) + " t " + e.name + "\t[bpf]\n";
     } else if (it->second != e.name) {
-      s_.notes.push_back(hex(e.addr) + ": " + e.name + " reuses the address of " + it->second +
-                         "; perf names both " + it->second);
+      s_.notes.push_back({hex(e.addr) + ": " + e.name + " reuses the address of " + it->second +
+                              "; perf names both " + it->second,
+                          e.addr, e.addr + std::max<uint64_t>(e.len, 1)});
     }
   }
+  for (const auto& r : b_.text.records)
+    if (r.source == TextSource::Guard || r.source == TextSource::Unregister)
+      ends_.push_back({r.start, r.start + r.bytes.size(), r.time});
+  for (const auto& e : b_.events)
+    if (e.kind == BundleEvent::Kind::KsymbolUnregister || e.kind == BundleEvent::Kind::ModuleUnload)
+      ends_.push_back({e.addr, e.addr + std::max<uint64_t>(e.len, 1), e.time});
+  find_bpf_programs();
   KT_TRY(make_dir(o_.out_dir));
   KT_TRY(make_dir(o_.out_dir + "/kcore_dir"));
   KT_TRY(build_kcore());
@@ -405,7 +554,15 @@ Result<PerfExportSummary> Exporter::run() {
   KT_TRY(write_file_atomic(o_.out_dir + "/kcore_dir/modules", b_.modules));
   KT_TRY(write_records());
   for (const auto& [name, count] : b_.losses)
-    if (count) s_.notes.push_back("loss " + name + " = " + std::to_string(count) + " (perf.data has no place for it)");
+    if (count && !aux_loss_key(name) && name != "perf_ring" && name != "queue")
+      s_.notes.push_back({"loss " + name + " = " + std::to_string(count) + " (perf.data has no place for it)"});
+  // The guest's perf-ring and queue losses went in as PERF_RECORD_LOST from
+  // their events; a count beyond them is said.
+  uint64_t sideband_lost = (b_.losses.count("perf_ring") ? b_.losses.at("perf_ring") : 0) +
+                           (b_.losses.count("queue") ? b_.losses.at("queue") : 0);
+  if (sideband_lost > s_.lost_records)
+    s_.notes.push_back({"loss perf_ring + queue = " + std::to_string(sideband_lost) + ", of which " +
+                        std::to_string(s_.lost_records) + " are in PERF_RECORD_LOST records (the rest had no event)"});
   return s_;
 }
 
@@ -413,6 +570,22 @@ Result<PerfExportSummary> Exporter::run() {
 
 Result<PerfExportSummary> export_perf_data(const Bundle& bundle, const PerfExportOptions& options) {
   return Exporter(bundle, options).run();
+}
+
+bool PerfExportSummary::notes_have_ranges() const {
+  return std::any_of(notes.begin(), notes.end(), [](const ExportNote& n) { return n.end > n.start; });
+}
+
+void count_note_instructions(std::vector<ExportNote>& notes, const Profile& profile, const Symbolizer& symbols) {
+  for (auto& n : notes) {
+    if (n.end <= n.start) continue;
+    uint64_t insns = 0;
+    for (const auto& [id, counts] : profile.functions) {
+      const FunctionInfo& f = symbols.function(id);
+      if (f.start >= n.start && f.start < n.end) insns += counts.insns;
+    }
+    n.insns = insns;
+  }
 }
 
 }  // namespace kt

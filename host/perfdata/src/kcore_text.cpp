@@ -47,8 +47,7 @@ void KcoreText::add(uint64_t start, const std::vector<uint8_t>& bytes, const std
   uint64_t covered_bytes = 0;
   for (const auto& [a, z] : covered) covered_bytes += z - a;
   if (covered_bytes > 0 && covered_bytes < bytes.size())
-    overlaps_.push_back(hex(start) + "-" + hex(end) + " (" + origin + "): partly inside text exported before; " +
-                        "TEXT_POKEs reach only the parts a segment covers");
+    overlaps_.push_back({start, end, origin});
   uint64_t at = start;
   auto add_part = [&](uint64_t a, uint64_t z) {
     if (a >= z) return;
@@ -61,6 +60,22 @@ void KcoreText::add(uint64_t start, const std::vector<uint8_t>& bytes, const std
   }
   add_part(at, end);
   std::sort(segments_.begin(), segments_.end(), [](const Segment& a, const Segment& b) { return a.start < b.start; });
+}
+
+void KcoreText::cut(uint64_t start, uint64_t end) {
+  std::vector<Segment> out;
+  for (auto& s : segments_) {
+    uint64_t s_end = s.start + s.bytes.size();
+    if (end <= s.start || s_end <= start) {
+      out.push_back(std::move(s));
+      continue;
+    }
+    if (s.start < start)
+      out.push_back({s.start, std::vector<uint8_t>(s.bytes.begin(), s.bytes.begin() + static_cast<long>(start - s.start))});
+    if (end < s_end)
+      out.push_back({end, std::vector<uint8_t>(s.bytes.begin() + static_cast<long>(end - s.start), s.bytes.end())});
+  }
+  segments_ = std::move(out);
 }
 
 uint64_t KcoreText::bytes() const {

@@ -23,15 +23,24 @@ class KcoreText {
   // no segment covers are added. A range that is partly covered is added
   // where it is not, and said in overlaps().
   void add(uint64_t start, const std::vector<uint8_t>& bytes, const std::string& origin);
+  // Takes [start, end) out of every segment (splitting those it cuts through):
+  // for text perf must get from elsewhere (a BPF program's comes from its
+  // BPF_PROG_INFO, which perf attaches to whatever map holds its address).
+  void cut(uint64_t start, uint64_t end);
   Status write(const std::string& path) const;
 
   const std::vector<Segment>& segments() const { return segments_; }
   uint64_t bytes() const;
-  const std::vector<std::string>& overlaps() const { return overlaps_; }
+  struct Overlap {
+    uint64_t start = 0, end = 0;
+    std::string origin;
+  };
+  // Ranges added while partly covered: only their uncovered parts became segments.
+  const std::vector<Overlap>& overlaps() const { return overlaps_; }
 
  private:
   std::vector<Segment> segments_;
-  std::vector<std::string> overlaps_;
+  std::vector<Overlap> overlaps_;
 };
 
 }  // namespace kt

@@ -311,6 +311,16 @@ Result<TraceSummary> TraceSession::finish(const std::string& reason) {
   if (auto rest = s.reader->take(std::chrono::milliseconds(0)); rest) s.handle_batches(std::move(*rest));
   sum.losses = s.losses();
   sum.losses.to_bundle(*s.bundle);
+  // Hardware PT: what the kernel said it could not keep, per vCPU, for perf
+  // (kthost export writes them as PERF_RECORD_AUX flags).
+  if (s.pt)
+    for (const auto& c : s.pt->stats())
+      if (c.ring) {
+        std::string cpu = "_cpu" + std::to_string(c.cpu);
+        s.bundle->set_loss("aux_truncated" + cpu, c.ring->truncated);
+        s.bundle->set_loss("aux_partial" + cpu, c.ring->partial);
+        s.bundle->set_loss("aux_collision" + cpu, c.ring->collision);
+      }
   if (s.clock.guest_clock().valid) s.bundle->set_clock(s.clock.bundle_clock());
   auto closed = s.bundle->close();
   if (s.guard) s.guard->flush();  // the reader has stopped: no lock needed

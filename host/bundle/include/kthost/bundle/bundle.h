@@ -17,6 +17,7 @@
 // is untrusted: errors name the file and the byte offset.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -72,7 +73,7 @@ Result<BundleManifest> parse_manifest(const std::string& text, const std::string
 
 // One sideband event as the decoder needs it (parsed from events.jsonl).
 struct BundleEvent {
-  enum class Kind { KsymbolRegister, KsymbolUnregister, TextPoke, ModuleLoad, ModuleUnload, Lost, Other };
+  enum class Kind { KsymbolRegister, KsymbolUnregister, TextPoke, ModuleLoad, ModuleUnload, Lost, BpfLoad, BpfUnload, Other };
   Kind kind = Kind::Other;
   std::string kind_name;  // as in the file
   uint64_t time = 0;      // guest perf clock (bundle clock converts)
@@ -83,6 +84,8 @@ struct BundleEvent {
   std::vector<uint8_t> old_bytes, new_bytes;
   uint64_t count = 0;  // lost
   std::string lost_kind;
+  uint32_t bpf_id = 0;               // BPF program load/unload: the program's id
+  std::array<uint8_t, 8> bpf_tag{};  // and its tag (after the ksymbols of its functions)
 };
 // Parses events.jsonl text; errors name `name`, the line and the byte offset.
 Result<std::vector<BundleEvent>> parse_events_jsonl(const std::string& text, const std::string& name);

@@ -14,6 +14,7 @@
 
 #include <linux/perf_event.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -111,6 +112,36 @@ struct EventAttr {
   std::vector<uint64_t> ids;
   std::string name;
 };
+
+// PERF_RECORD_BPF_EVENT (after the ksymbols of the program's functions):
+// u16 type, u16 flags, u32 id, u8 tag[8], then the sample_id trailer.
+inline constexpr uint16_t kBpfEventProgLoad = 1;    // PERF_BPF_EVENT_PROG_LOAD
+inline constexpr uint16_t kBpfEventProgUnload = 2;  // PERF_BPF_EVENT_PROG_UNLOAD
+
+// One BPF program as the BPF_PROG_INFO feature holds it. The feature is
+// u32 count, then per program perf's "bpil" (bpf_prog_info linear):
+//   u32 info_len, u32 data_len, u64 arrays (bit i: array i is in data),
+//   struct bpf_prog_info (info_len bytes; <linux/bpf.h>) whose array fields
+//   hold offsets into data, then data (data_len bytes).
+// Arrays, in perf's order: 0 JITED_INSNS, 1 XLATED_INSNS, 2 MAP_IDS,
+// 3 JITED_KSYMS, 4 JITED_FUNC_LENS, 5 FUNC_INFO, 6 LINE_INFO,
+// 7 JITED_LINE_INFO, 8 PROG_TAGS. Each array in data starts 8-aligned.
+// perf reads a program's text from JITED_INSNS (from its start, whatever the
+// function), so only single-function programs are written this way.
+inline constexpr unsigned kBpilJitedInsns = 0, kBpilJitedKsyms = 3, kBpilJitedFuncLens = 4, kBpilProgTags = 8;
+struct BpfProgInfo {
+  uint32_t id = 0, type = 0;
+  std::array<uint8_t, 8> tag{};
+  std::string name;       // the program's own name (at most 15 characters are kept)
+  uint64_t load_time = 0;  // ns since boot
+  uint64_t addr = 0;       // its one function's start
+  std::vector<uint8_t> jited;
+};
+// The feature's contents for these programs.
+std::vector<uint8_t> encode_bpf_prog_info(const std::vector<BpfProgInfo>& progs);
+// How many bytes of struct bpf_prog_info are written: the fields up to
+// run_time_ns, in every kernel since 5.1; perf zeroes the rest.
+extern const uint32_t kBpfProgInfoLen;
 
 // Writes a perf.data file: open, add records in order, close. The file is
 // written as it goes; close() writes the features and then the header.
