@@ -71,6 +71,19 @@ void main_loop_from_first_ret(test::PtWriter& w) {
   w.pgd(test::kUserAddress);  // main_func's ret
 }
 
+// main_func's trace in two pieces: tracing starts at main_func, and the
+// second PSB (its FUP at `fup`, inside f_func) comes before f_func's first ret.
+test::SynthBundle two_pieces_split_in_f(uint64_t fup) {
+  auto b = core_bundle();
+  test::PtWriter w;
+  w.psb(100);
+  w.pge(kMain);
+  w.psb_at(200, fup);
+  main_loop_from_first_ret(w);
+  b.pt[0] = w.finish();
+  return b;
+}
+
 TEST_F(DecodeTest, LoopWithCallsGivesExactCounts) {
   auto b = core_bundle();
   test::PtWriter w;
@@ -338,14 +351,8 @@ TEST_F(DecodeTest, ParallelDecodeEqualsSequential) {
 // whose caller it never saw. Stitched in order, the stacks are those of the
 // whole trace decoded as one piece, on one thread or several.
 TEST_F(DecodeTest, StacksAreStitchedAcrossPieces) {
-  auto b = core_bundle();
-  test::PtWriter w;
-  w.psb(100);
-  w.pge(kMain);              // xor, call f_func, nop; the ret needs the next piece
-  w.psb_at(200, kF + 1);     // tracing on, at f_func's ret
-  main_loop_from_first_ret(w);
-  b.pt[0] = w.finish();
-  Analysis a = open(b);
+  // xor, call f_func, nop; the ret needs the next piece, whose PSB is at f_func's ret
+  Analysis a = open(two_pieces_split_in_f(kF + 1));
   for (unsigned threads : {1u, 2u}) {
     Profile p = decode(a, threads);
     EXPECT_EQ(p.pieces, 2u);
@@ -359,14 +366,8 @@ TEST_F(DecodeTest, StacksAreStitchedAcrossPieces) {
 // comes when f_func's nop is about to run, so the nop is the second piece's
 // alone, though libipt decodes the first piece on to f_func's ret.
 TEST_F(DecodeTest, APieceEndsAtTheNextPsbsFupNotAtTheNextBranch) {
-  auto b = core_bundle();
-  test::PtWriter w;
-  w.psb(100);
-  w.pge(kMain);             // xor, call f_func: no packet needed
-  w.psb_at(200, kF + 0);    // tracing on, at f_func's nop
-  main_loop_from_first_ret(w);
-  b.pt[0] = w.finish();
-  Analysis a = open(b);
+  // xor, call f_func (no packet needed); the next PSB is at f_func's nop
+  Analysis a = open(two_pieces_split_in_f(kF + 0));
   for (unsigned threads : {1u, 2u}) {
     Profile p = decode(a, threads);
     EXPECT_EQ(p.pieces, 2u);

@@ -129,7 +129,7 @@ class Exporter {
   Status add_poke(uint64_t addr, const std::vector<uint8_t>& old_bytes, const std::vector<uint8_t>& new_bytes,
                   uint64_t time, uint32_t cpu);
   Status add_load_pokes(uint64_t addr, const std::vector<uint8_t>& text, uint64_t time);
-  const TextRecord* text_for_ksymbol(const BundleEvent& e) const;
+  const TextRecord* text_at_load(const BundleEvent& e) const;
   bool in_ksymbol_range(uint64_t start, uint64_t end) const;
   uint64_t begin_time(uint64_t start, uint64_t end, uint64_t time) const;
   uint64_t cpu_id(uint32_t cpu) const { return kIdBase + (cpu < 4096 ? cpu : 0); }
@@ -178,15 +178,13 @@ void Exporter::find_bpf_programs() {
       continue;
     }
     if (e.kind != BundleEvent::Kind::BpfLoad && e.kind != BundleEvent::Kind::BpfUnload) continue;
-    std::vector<const BundleEvent*> mine;
-    for (const auto* k : since_last) mine.push_back(k);
+    const BundleEvent* k = since_last.size() == 1 ? since_last[0] : nullptr;
     since_last.clear();
-    if (mine.size() != 1) continue;
-    const BundleEvent* k = mine[0];
+    if (!k) continue;
     std::string prefix = "bpf_prog_" + hex_bytes(e.bpf_tag.data(), e.bpf_tag.size());
     if (k->name.rfind(prefix, 0) != 0) continue;
     if (e.kind == BundleEvent::Kind::BpfLoad && k->kind == BundleEvent::Kind::KsymbolRegister) {
-      const TextRecord* text = text_for_ksymbol(*k);
+      const TextRecord* text = text_at_load(*k);
       if (!text || prog_ids_.count(e.bpf_id) || k->len == 0) continue;
       perf::BpfProgInfo p;
       p.id = e.bpf_id;
@@ -218,7 +216,7 @@ bool Exporter::in_ksymbol_range(uint64_t start, uint64_t end) const {
 // The text copied when the guest registered this ksymbol or loaded this
 // module: the first load copy at its address from a little before the event
 // on, else the copy saved before its free.
-const TextRecord* Exporter::text_for_ksymbol(const BundleEvent& e) const {
+const TextRecord* Exporter::text_at_load(const BundleEvent& e) const {
   const TextRecord* guard = nullptr;
   for (const auto& r : b_.text.records) {
     if (r.start != e.addr) continue;
@@ -363,7 +361,7 @@ Status Exporter::write_records() {
   for (const BundleEvent* e : events) {
     switch (e->kind) {
       case BundleEvent::Kind::KsymbolRegister: {
-        const TextRecord* text = text_for_ksymbol(*e);
+        const TextRecord* text = text_at_load(*e);
         const uint64_t begin = begin_time(e->addr, e->addr + std::max<uint64_t>(e->len, 1), e->time);
         if (is_bpf_image_name(e->name)) {
           if (text) KT_TRY(add_load_pokes(e->addr, text->bytes, begin));
@@ -421,7 +419,7 @@ Status Exporter::write_records() {
         // The copy taken at this load; its init text comes with its guard copy.
         // (When no load copy was taken, the copy saved before its free, as kthost's image uses it.)
         const uint64_t begin = begin_time(e->addr, e->addr + std::max<uint64_t>(e->len, 1), e->time);
-        if (const TextRecord* t = text_for_ksymbol(*e)) KT_TRY(add_load_pokes(t->start, t->bytes, begin));
+        if (const TextRecord* t = text_at_load(*e)) KT_TRY(add_load_pokes(t->start, t->bytes, begin));
         for (const auto& t : b_.text.records)
           if (t.source == TextSource::Guard && t.kind == KTHOST_TEXT_MODULE_INIT && t.time >= e->time) {
             KT_TRY(add_load_pokes(t.start, t.bytes, begin_time(t.start, t.start + t.bytes.size(), e->time)));
