@@ -7,7 +7,12 @@
 //   -plugin file=ktpt.so,out=DIR[,gt=on][,psb=4096][,trigger=PATH][,defer=BYTES]
 //
 // trigger=PATH: trace only while PATH exists (polled every 20 ms), so that a
-// test can trace a workload and not the boot.
+// test can trace a workload and not the boot.  Each time the trigger goes
+// off, every vCPU ends its stream (pending TNT, open frames, TIP.PGD), writes
+// it out and then creates OUT/cpuN.stopped: a reader has every byte of that
+// trace once the marker exists.  A vCPU does so at its next block or when it
+// next goes idle (a halted vCPU that sleeps through the switch is woken by a
+// VM stop/cont, which makes every vCPU go idle).
 // Kernel mode is told by address (>= 0xffff800000000000): the 7.2 API cannot
 // read CPL.  TSC packets carry the host TSC (rdtsc) at PSB time.
 //
@@ -64,6 +69,7 @@ struct alignas(64) Vcpu {
   const GtInsn* gt_pending = nullptr;  // last recorded instruction that touches memory
   unsigned gt_mem_count = 0;           // ... and the memory callbacks it got so far
   uint64_t gt_faults = 0;              // recorded instructions removed as not retired
+  uint32_t stopped_generation = 0;     // the last trigger-off this vCPU has confirmed
 };
 
 struct Config {
@@ -78,6 +84,9 @@ struct Config {
 Config& g_config = *new Config;
 std::vector<Vcpu>& g_vcpus = *new std::vector<Vcpu>;
 std::atomic<bool> g_enabled{true};
+// Counts the trigger's switches from on to off; bumped before g_enabled goes
+// false, so a vCPU that sees it false also sees the new generation.
+std::atomic<uint32_t> g_off_generation{0};
 std::atomic<bool> g_stop_poller{false};
 std::thread* g_poller = nullptr;
 const ktpt::Block& g_user_block = *new ktpt::Block;  // kernel == false
@@ -135,15 +144,40 @@ Vcpu* vcpu_state(unsigned index) {
   return &v;
 }
 
+// OUT/cpuN.stopped: this vCPU's stream of the trace that just ended is all
+// in OUT/cpuN.pt.  Holds the generation and the stream's size, for people.
+void write_stopped_marker(unsigned index, uint32_t generation) {
+  struct stat st {};
+  const std::string pt = output_path(index, KTHOST_PT_FILE_PACKETS);
+  const long long bytes = stat(pt.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : -1;
+  const std::string path = output_path(index, KTHOST_PT_FILE_STOPPED);
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return;
+  std::fprintf(f, "generation=%u\npt_bytes=%lld\n", generation, bytes);
+  std::fclose(f);
+}
+
+// Tracing is off: end this vCPU's stream, write it out, and confirm each
+// switch-off once.  Only on the vCPU's own thread.
+void settle_disabled(unsigned index, Vcpu& v) {
+  if (v.tracing) {
+    v.encoder->stop();
+    v.tracing = false;
+    flush(v);
+  }
+  const uint32_t generation = g_off_generation.load(std::memory_order_acquire);
+  if (v.stopped_generation != generation) {
+    flush(v);
+    v.stopped_generation = generation;
+    write_stopped_marker(index, generation);
+  }
+}
+
 void on_block(unsigned index, const ktpt::Block& block) {
   Vcpu* v = vcpu_state(index);
   if (!v) return;
-  if (!g_enabled.load(std::memory_order_relaxed)) {
-    if (v->tracing) {
-      v->encoder->stop();
-      v->tracing = false;
-      flush(*v);
-    }
+  if (!g_enabled.load(std::memory_order_acquire)) {
+    settle_disabled(index, *v);
     return;
   }
   v->tracing = true;
@@ -246,7 +280,10 @@ void tb_translate(qemu_plugin_id_t, struct qemu_plugin_tb* tb) {
 }
 
 void vcpu_idle(qemu_plugin_id_t, unsigned index) {
-  if (index < g_vcpus.size()) flush(g_vcpus[index]);
+  Vcpu* v = vcpu_state(index);
+  if (!v) return;
+  if (!g_enabled.load(std::memory_order_acquire)) settle_disabled(index, *v);
+  else flush(*v);
 }
 
 void write_stats(unsigned index, const Vcpu& v) {
@@ -282,6 +319,7 @@ void at_exit(qemu_plugin_id_t, void*) {
     if (v.pt_fd >= 0) close(v.pt_fd);
     if (v.gt_fd >= 0) close(v.gt_fd);
     write_stats(i, v);
+    write_stopped_marker(i, g_off_generation.load());
   }
   qemu_plugin_outs("ktpt: trace written\n");
 }
@@ -308,7 +346,10 @@ bool trigger_on() {
 
 void poll_trigger() {
   while (!g_stop_poller.load()) {
-    g_enabled.store(trigger_on(), std::memory_order_relaxed);
+    const bool on = trigger_on();
+    if (!on && g_enabled.load(std::memory_order_relaxed))
+      g_off_generation.fetch_add(1, std::memory_order_release);
+    g_enabled.store(on, std::memory_order_release);
     std::this_thread::sleep_for(std::chrono::milliseconds(KTHOST_PT_TRIGGER_POLL_MS));
   }
 }

@@ -60,11 +60,14 @@ static inline const char* kthost_text_kind_name(unsigned kind) {
  * DIR/cpuN.gt (ground truth, with gt=on) and DIR/cpuN.stats (key=value
  * counters, at exit). With trigger=PATH it traces only while PATH exists; a
  * trigger holding a process id is on only while that process lives. The
- * plugin looks at the trigger every KTHOST_PT_TRIGGER_POLL_MS. */
+ * plugin looks at the trigger every KTHOST_PT_TRIGGER_POLL_MS. After each
+ * switch-off, and at exit, it creates DIR/cpuN.stopped once vCPU N's stream
+ * is wholly written (a reader removes the markers before switching on). */
 #define KTHOST_PT_FILE_PREFIX "cpu"
 #define KTHOST_PT_FILE_PACKETS ".pt"
 #define KTHOST_PT_FILE_GROUND_TRUTH ".gt"
 #define KTHOST_PT_FILE_STATS ".stats"
+#define KTHOST_PT_FILE_STOPPED ".stopped"
 #define KTHOST_PT_TRIGGER_POLL_MS 20
 
 #endif

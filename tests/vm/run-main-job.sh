@@ -24,7 +24,11 @@
 #     and fexit ones run 300 times each; five module cycles; a static key),
 #     where every BPF program that ran is compared too, and perf reads their
 #     text from the export's BPF_PROG_INFO;
-#   - the domain still runs afterwards.
+#   - the domain still runs afterwards;
+#   - no PT was lost at a trace's end: once the domain is shut down, the
+#     plugin's own files hold exactly the bytes the traces' summaries count
+#     (an idle vCPU's last packets, written after kthost stopped reading,
+#     would be more).
 #
 # usage: tests/vm/run-main-job.sh BUILD_DIR [--check] [--keep DIR]
 set -eu
@@ -154,6 +158,7 @@ while :; do
 done
 
 state=$(virsh -q -c qemu:///system domstate "$NAME")
+set +e
 python3 - "$WORK/report.json" "$BUNDLE/summary.json" "$BUNDLE/events.jsonl" "$state" "$WORK/workload.out" \
   "$WORK/ktguest.stats" <<'EOF'
 import json, sys
@@ -197,3 +202,24 @@ check(ktguest.get("kallsyms_reads_in_session", 1) == 0 and ktguest.get("symbols_
       f"{ktguest.get('kallsyms_reads_in_session')} during a session, {ktguest.get('symbols')} symbols cached")
 sys.exit(1 if failures else 0)
 EOF
+rc=$?
+set -e
+# The plugin writes its files at exit: shut the domain down (QEMU exits on
+# SIGTERM, running the plugin's exit), then compare its byte counts with the
+# traces' (the first trace's and every attempt of the second's).
+"$LV" stop "$NAME" >/dev/null
+python3 - "$WORK/pt" "$BUNDLE/summary.json" "$WORK"/second-*/summary.json <<'EOF' || rc=1
+import glob, json, os, sys
+plugin = 0
+stats = sorted(glob.glob(os.path.join(sys.argv[1], "cpu*.stats")))
+for path in stats:
+    fields = dict(l.strip().split("=", 1) for l in open(path) if "=" in l)
+    plugin += int(fields.get("pt_bytes", -1))
+traced = sum(json.load(open(p)).get("pt_bytes", 0) for p in sys.argv[2:])
+unconfirmed = sum(json.load(open(p)).get("pt_unconfirmed_cpus", 0) for p in sys.argv[2:])
+ok = len(stats) > 0 and plugin == traced and unconfirmed == 0
+print(("ok    " if ok else "FAIL  ") + f"no PT lost at the traces' ends: the plugin wrote {plugin} bytes in "
+      f"{len(stats)} vCPU files, the {len(sys.argv) - 2} traces read {traced}; {unconfirmed} unconfirmed vCPU ends")
+sys.exit(0 if ok else 1)
+EOF
+exit $rc

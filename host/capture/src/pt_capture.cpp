@@ -44,14 +44,14 @@ Result<std::unique_ptr<PtCapture>> PtCapture::open(PtChoice choice, const VmDesc
     if (choice == PtChoice::Hardware)
       return Error(ErrorCode::Unsupported, "no hardware PT: " + why_not_hw + " (kthost doctor says how to fix it)");
   }
-  auto sw = software(vm.pt_plugin_out, vm.pt_plugin_trigger, vm.vcpus);
+  auto sw = software(vm.pt_plugin_out, vm.pt_plugin_trigger, vm.vcpus, monitor);
   if (sw || choice == PtChoice::Software) return sw;
   return Error(ErrorCode::Unsupported, "no PT source for " + label + ": hardware: " + why_not_hw +
                                            "; software: " + sw.error().message + ". --pt none traces without PT");
 }
 
 Result<std::unique_ptr<PtCapture>> PtCapture::software(const std::string& out_dir, const std::string& trigger,
-                                                         int vcpus) {
+                                                         int vcpus, Monitor* monitor) {
   if (out_dir.empty() || trigger.empty())
     return Error(ErrorCode::Unsupported,
                  "the guest's QEMU does not run the software PT plugin with out= and trigger= "
@@ -60,9 +60,12 @@ Result<std::unique_ptr<PtCapture>> PtCapture::software(const std::string& out_di
   auto c = std::unique_ptr<PtCapture>(new PtCapture());
   c->kind_ = "software";
   c->trigger_ = trigger;
-  for (int i = 0; i < vcpus; ++i)
-    c->streams_.push_back(Stream{static_cast<uint32_t>(i),
-                                 out_dir + "/" KTHOST_PT_FILE_PREFIX + std::to_string(i) + KTHOST_PT_FILE_PACKETS, 0, 0});
+  c->monitor_ = monitor;
+  for (int i = 0; i < vcpus; ++i) {
+    const std::string base = out_dir + "/" KTHOST_PT_FILE_PREFIX + std::to_string(i);
+    c->streams_.push_back(
+        Stream{static_cast<uint32_t>(i), base + KTHOST_PT_FILE_PACKETS, base + KTHOST_PT_FILE_STOPPED, 0, 0});
+  }
   return c;
 }
 
@@ -75,7 +78,7 @@ Result<std::unique_ptr<PtCapture>> PtCapture::hardware(Monitor& monitor, const s
   KT_ASSIGN_OR_RETURN(auto hw, PtHardwareSource::open_system(config, pt, work_dir));
   auto c = std::unique_ptr<PtCapture>(new PtCapture());
   c->kind_ = "hardware";
-  for (const auto& s : hw->stats()) c->streams_.push_back(Stream{s.vcpu, s.path, 0, 0});
+  for (const auto& s : hw->stats()) c->streams_.push_back(Stream{s.vcpu, s.path, "", 0, 0});
   c->hw_ = std::move(hw);
   return c;
 }
@@ -88,8 +91,13 @@ Status PtCapture::start() {
   if (hw_) {
     KT_TRY(hw_->enable());
   } else {
-    // The plugin appends to the same files across traces: skip what is there.
-    for (auto& s : streams_) s.offset = file_size(s.path);
+    // The plugin appends to the same files across traces: skip what is
+    // there. Markers of an earlier stop would confirm this trace's end early.
+    for (auto& s : streams_) {
+      if (::unlink(s.stopped_path.c_str()) != 0 && errno != ENOENT) return io_error("remove " + s.stopped_path, errno);
+      s.offset = file_size(s.path);
+    }
+    unconfirmed_.clear();
     // Our pid in the trigger: the plugin switches itself off if we die.
     UniqueFd fd(::open(trigger_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd.valid()) return io_error("create the PT plugin's trigger " + trigger_, errno);
@@ -139,13 +147,54 @@ Status PtCapture::stop(const Sink& sink) {
     if (auto st = hw_->disable(); !st) first = st;
   } else {
     if (::unlink(trigger_.c_str()) != 0 && errno != ENOENT) first = io_error("remove " + trigger_, errno);
-    // The plugin polls its trigger every KTHOST_PT_TRIGGER_POLL_MS, then each
-    // vCPU stops and flushes at its next block (an idle vCPU flushed when it
-    // went idle): fifteen polls leave room for a busy host.
-    std::this_thread::sleep_for(std::chrono::milliseconds(15 * KTHOST_PT_TRIGGER_POLL_MS));
+    // The plugin polls its trigger every KTHOST_PT_TRIGGER_POLL_MS; each vCPU
+    // then ends its stream at its next block, or when it next goes idle. A
+    // halted vCPU may sleep through it: stop/cont makes every vCPU go idle.
+    if (!wait_for_markers(std::chrono::milliseconds(15 * KTHOST_PT_TRIGGER_POLL_MS))) {
+      if (auto st = wake_vcpus(); !st && first) first = st;
+      (void)wait_for_markers(std::chrono::seconds(2));
+    }
+    unconfirmed_ = waiting_for_markers();
   }
   if (auto st = poll(sink); !st && first) first = st;
   return first;
+}
+
+std::vector<uint32_t> PtCapture::waiting_for_markers() const {
+  std::vector<uint32_t> out;
+  struct stat st {};
+  for (const auto& s : streams_)
+    if (!s.stopped_path.empty() && ::stat(s.stopped_path.c_str(), &st) != 0) out.push_back(s.cpu);
+  return out;
+}
+
+bool PtCapture::wait_for_markers(std::chrono::milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (waiting_for_markers().empty()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(KTHOST_PT_TRIGGER_POLL_MS));
+  }
+}
+
+// A VM stop makes every vCPU thread go idle (the plugin's idle callback),
+// even one already halted. Only a running VM is touched, and it is always
+// continued: cont is retried until QEMU says it runs.
+Status PtCapture::wake_vcpus() {
+  if (!monitor_) return {};
+  auto status = monitor_->execute("query-status");
+  if (!status) return status.error().with_context("waking the vCPUs to end their PT streams");
+  if (!status->is_object() || status->value("status", "") != "running") return {};
+  auto stopped = monitor_->execute("stop");
+  if (!stopped) return stopped.error().with_context("waking the vCPUs to end their PT streams (stop)");
+  Error last(ErrorCode::Io, "not tried");
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    if (auto cont = monitor_->execute("cont"); cont) return {};
+    else last = cont.error();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return last.with_context("the guest was paused to end its PT streams and could not be continued: run "
+                           "'virsh resume' or QMP 'cont'");
 }
 
 std::vector<uint32_t> PtCapture::cpus() const {

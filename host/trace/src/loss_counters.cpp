@@ -26,7 +26,7 @@ LossCounters LossCounters::collect(const EventLog& log, const DecoderStats& deco
 
 uint64_t LossCounters::total() const {
   return perf_ring + queue + guard_timeout + module_race + unguarded + unloads_lost + holds_failed + acks_failed +
-         events_dropped + sideband_errors + frames_missing;
+         events_dropped + sideband_errors + frames_missing + pt_unconfirmed;
 }
 
 // The flat key names summary.json has always used, plus the newer ones.
@@ -44,6 +44,7 @@ nlohmann::json LossCounters::to_json() const {
           {"events_dropped", events_dropped},
           {"decode_errors", sideband_errors},
           {"frames_missing", frames_missing},
+          {"pt_unconfirmed_cpus", pt_unconfirmed},
           {"lost_total", total()}};
 }
 
@@ -59,6 +60,7 @@ void LossCounters::to_bundle(BundleWriter& bundle) const {
   bundle.set_loss("events_dropped", events_dropped);
   bundle.set_loss("sideband_errors", sideband_errors);
   bundle.set_loss("frames_missing", frames_missing);
+  bundle.set_loss("pt_unconfirmed_cpus", pt_unconfirmed);
 }
 
 std::string LossCounters::describe() const {
@@ -78,6 +80,7 @@ std::string LossCounters::describe() const {
   add(events_dropped, "events past the log's cap");
   add(sideband_errors, "corrupt sideband frames");
   add(frames_missing, "missing sideband frames");
+  add(pt_unconfirmed, "vCPUs' PT stream ends unconfirmed");
   return out.empty() ? "no losses" : out;
 }
 

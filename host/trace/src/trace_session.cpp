@@ -310,6 +310,15 @@ Result<TraceSummary> TraceSession::finish(const std::string& reason) {
   s.reader->stop();
   if (auto rest = s.reader->take(std::chrono::milliseconds(0)); rest) s.handle_batches(std::move(*rest));
   sum.losses = s.losses();
+  // Software PT: a vCPU whose stream the plugin did not confirm ended may
+  // miss its last packets (those it held for open frames, and its TIP.PGD).
+  if (s.pt)
+    for (uint32_t cpu : s.pt->unconfirmed_cpus()) {
+      ++sum.losses.pt_unconfirmed;
+      s.bundle->set_loss("pt_unconfirmed_cpu" + std::to_string(cpu), 1);
+      s.notice("PT: vCPU " + std::to_string(cpu) + " did not confirm the end of its stream; its last packets may be "
+               "missing (counted as loss pt_unconfirmed_cpu" + std::to_string(cpu) + ")");
+    }
   sum.losses.to_bundle(*s.bundle);
   // Hardware PT: what the kernel said it could not keep, per vCPU, for perf
   // (kthost export writes them as PERF_RECORD_AUX flags).

@@ -4,6 +4,10 @@
 //   software  the TCG plugin (pt-plugin/ktpt.so) writes <out>/cpuN.pt while
 //             its trigger file exists: start() creates the trigger, stop()
 //             removes it; bytes the files held before start() are skipped.
+//             stop() waits for every vCPU's <out>/cpuN.stopped marker (its
+//             stream wholly written); vCPUs asleep through the switch are
+//             woken by a QMP stop/cont; a vCPU that never confirms is
+//             named by unconfirmed_cpus(), its stream's end possibly lost.
 //   hardware  perf intel_pt on each vCPU thread (host/pt PtHardwareSource),
 //             thread ids from QMP query-cpus-fast; its AUX rings are drained
 //             to <work>/vcpuN.pt on every poll.
@@ -11,6 +15,7 @@
 // order and in whole reads, whatever the source.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -52,7 +57,9 @@ class PtCapture {
                                                  const std::string& label, const std::string& work_dir,
                                                  const PtConfig& config,
                                                  const SystemRoots& roots = live_system_roots());
-  static Result<std::unique_ptr<PtCapture>> software(const std::string& out_dir, const std::string& trigger, int vcpus);
+  // `monitor` (may be null) wakes vCPUs that sleep through the switch-off.
+  static Result<std::unique_ptr<PtCapture>> software(const std::string& out_dir, const std::string& trigger, int vcpus,
+                                                       Monitor* monitor = nullptr);
   // Errors: those of PtHardwareSource::open_system (Unsupported where there is no intel_pt).
   static Result<std::unique_ptr<PtCapture>> hardware(Monitor& monitor, const std::string& work_dir,
                                                      const PtConfig& config);
@@ -69,21 +76,30 @@ class PtCapture {
   std::vector<uint32_t> cpus() const;
   std::vector<PtCaptureStats> stats() const;
   uint64_t total_bytes() const;
+  // Software: the vCPUs whose end of stream the plugin did not confirm at
+  // the last stop() (their last packets may be missing: counted as loss).
+  const std::vector<uint32_t>& unconfirmed_cpus() const { return unconfirmed_; }
 
  private:
   PtCapture() = default;
   struct Stream {
     uint32_t cpu = 0;
     std::string path;
+    std::string stopped_path;  // software: the plugin's end-of-stream marker
     uint64_t offset = 0;  // next byte to read
     uint64_t bytes = 0;   // handed to the sink
   };
   Status tail(Stream& s, const Sink& sink);
+  std::vector<uint32_t> waiting_for_markers() const;
+  bool wait_for_markers(std::chrono::milliseconds timeout) const;
+  Status wake_vcpus();
   std::string kind_;
   std::string trigger_;
   bool running_ = false;
   std::vector<Stream> streams_;
   std::unique_ptr<PtHardwareSource> hw_;
+  Monitor* monitor_ = nullptr;
+  std::vector<uint32_t> unconfirmed_;
 };
 
 }  // namespace kt

@@ -31,6 +31,7 @@ struct LossCounters {
   uint64_t events_dropped = 0;   // events past the event log's cap
   uint64_t sideband_errors = 0;  // corrupt, oversized, truncated or out-of-order frames
   uint64_t frames_missing = 0;   // sequence gaps in the guest's frames
+  uint64_t pt_unconfirmed = 0;   // vCPUs whose software PT stream's end was not confirmed at stop
 
   static LossCounters collect(const EventLog& log, const DecoderStats& decoder, const TextSaverStats& saver,
                               uint64_t acks_failed);
