@@ -8,9 +8,10 @@ PACKAGES="build-essential cmake pkg-config g++ clang-14 libfuzzer-14-dev libclan
   qemu-system-x86 qemu-utils busybox-static cpio gzip binutils
   python3 procps coreutils apt-utils
   libvirt-dev libxml2-dev libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-system libvirt-clients
-  libxml2-utils librsvg2-bin linux-perf"
+  libxml2-utils librsvg2-bin linux-perf chromium-headless-shell"
 # libxml2-utils (xmllint) and librsvg2-bin (rsvg-convert): the flame graph SVG
-# test checks the XML and renders it.
+# test checks the XML and renders it; chromium-headless-shell runs its
+# script (zoom, search) in a real browser (tests/tools/check-flame-browser.py).
 # linux-perf: perf's own Intel PT decoder reads `kthost export`'s output and
 # checks kthost's decode against it (tests/tools/check-perf-export.py).
 # libvirt: libvirt-dev + libxml2-dev build host/libvirt; libvirt-daemon

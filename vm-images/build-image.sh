@@ -8,6 +8,8 @@
 #   --cache DIR        where downloaded .debs are kept (default OUTDIR/cache)
 #   --ktguard FILE     ktguard.ko (guest-kit/ktguard/build.sh), installed as
 #                      /lib/kthost-test/ktguard.ko; init loads it at boot
+#   --module FILE      an extra module for the workloads (repeatable), built
+#                      for the image's kernel: /lib/kthost-test/NAME.ko
 #   --kernel SPEC      the guest kernel, from Debian's archive or a file:
 #                      a flavour (amd64, rt-amd64, cloud-amd64: its newest
 #                      ABI), an ABI with its flavour (6.1.0-47-amd64,
@@ -29,21 +31,25 @@ export LC_ALL=C
 die() { echo "vm-image: error: $*" >&2; exit 1; }
 say() { echo "vm-image: $*"; }
 
-OUTDIR="" GUEST_KIT="" CACHE="" KTGUARD="" KERNEL=amd64 KTREE=""
+OUTDIR="" GUEST_KIT="" CACHE="" KTGUARD="" KERNEL=amd64 KTREE="" EXTRA_MODULES=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --guest-kit) GUEST_KIT=${2:?--guest-kit needs a directory}; shift 2 ;;
     --cache) CACHE=${2:?--cache needs a directory}; shift 2 ;;
     --ktguard) KTGUARD=${2:?--ktguard needs a file}; shift 2 ;;
+    --module) EXTRA_MODULES+=("${2:?--module needs a .ko file}"); shift 2 ;;
     --kernel) KERNEL=${2:?--kernel needs a flavour, an ABI or a .deb}; shift 2 ;;
     --kernel-tree) KTREE=${2:?--kernel-tree needs a directory}; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     -*) die "unknown option $1" ;;
     *) [ -z "$OUTDIR" ] || die "more than one OUTDIR"; OUTDIR=$1; shift ;;
   esac
 done
 [ -n "$OUTDIR" ] || die "usage: build-image.sh OUTDIR --guest-kit DIR [--cache DIR] [--ktguard FILE]"
 [ -z "$KTGUARD" ] || [ -f "$KTGUARD" ] || die "--ktguard $KTGUARD: no such file"
+for ko in ${EXTRA_MODULES[@]+"${EXTRA_MODULES[@]}"}; do
+  [ -f "$ko" ] && [ "${ko%.ko}" != "$ko" ] || die "--module $ko: not a .ko file"
+done
 [ -n "$GUEST_KIT" ] || die "--guest-kit DIR is required"
 for tool in ktexec ktprobe ktguest; do
   [ -x "$GUEST_KIT/$tool" ] || die "$GUEST_KIT/$tool is missing or not executable"
@@ -116,6 +122,7 @@ STAMP_TEXT=$(
   echo "ktprobe $(sha "$GUEST_KIT/ktprobe")"
   echo "ktguest $(sha "$GUEST_KIT/ktguest")"
   [ -z "$KTGUARD" ] || echo "ktguard $(sha "$KTGUARD")"
+  for ko in ${EXTRA_MODULES[@]+"${EXTRA_MODULES[@]}"}; do echo "module $(basename "$ko") $(sha "$ko")"; done
   echo "kernel $KERNEL tree ${KTREE:-none}"
   if [ -n "$KTREE" ]; then echo "tree $(sha "$KTREE/arch/x86/boot/bzImage")"
   elif [ -n "$KDEB_LOCAL" ]; then echo "deb $(sha "$KDEB_LOCAL")"; fi
@@ -247,6 +254,11 @@ if [ -n "$KTGUARD" ]; then
   [ "$vermagic" = "$RELEASE" ] || die "$KTGUARD is built for '$vermagic', the image runs $RELEASE"
   install -m 644 "$KTGUARD" "$ROOT/lib/kthost-test/ktguard.ko"
 fi
+for ko in ${EXTRA_MODULES[@]+"${EXTRA_MODULES[@]}"}; do
+  vermagic=$(tr '\0' '\n' <"$ko" | sed -n 's/^vermagic=\([^ ]*\).*/\1/p' | head -n1)
+  [ "$vermagic" = "$RELEASE" ] || die "--module $ko is built for '$vermagic', the image runs $RELEASE"
+  install -m 644 "$ko" "$ROOT/lib/kthost-test/$(basename "$ko")"
+done
 echo "root:x:0:0:root:/root:/bin/sh" >"$ROOT/etc/passwd"
 echo "root:x:0:" >"$ROOT/etc/group"
 find "$ROOT" -exec touch -h -d "@$EPOCH" {} +

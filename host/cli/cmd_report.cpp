@@ -108,6 +108,14 @@ int run(const std::vector<std::string>& args) {
     if (st.poke_quantum)
       std::printf("note: %lu pokes need more text versions than libipt holds: pokes within %lu PT time units share one\n",
                   static_cast<unsigned long>(st.pokes), static_cast<unsigned long>(st.poke_quantum));
+    if (const auto& stale = analysis->symbols.stale_symbols();
+        stale.dropped || !stale.modules_without_symbols.empty()) {
+      std::string mods;
+      for (const auto& m : stale.modules_without_symbols) mods += (mods.empty() ? "" : ", ") + m;
+      std::printf("symbols: the guest's kallsyms predates its module list: %llu stale module symbols dropped; "
+                  "modules named without functions (loaded after kallsyms was read): %s\n",
+                  static_cast<unsigned long long>(stale.dropped), mods.empty() ? "none" : mods.c_str());
+    }
     if (!analysis->bundle.losses.empty()) {
       std::string l;
       for (const auto& [k, v] : analysis->bundle.losses) l += " " + k + "=" + std::to_string(v);

@@ -111,4 +111,22 @@ std::string sanitize_name(std::string_view text, size_t max_len) {
   return out;
 }
 
+std::string xml_escape(std::string_view text, bool keep_lines) {
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default:
+        if (keep_lines && (c == '\n' || c == '\t')) out += static_cast<char>(c);
+        else out += (c < 0x20 || c >= 0x7f) ? '?' : static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 }  // namespace kt

@@ -179,6 +179,9 @@ std::string format_report_json(const Profile& p, const Symbolizer& symbols, cons
   j["errors"] = errors;
   j["alignment"] = {{"retries", p.alignment_retries}, {"fixed", p.alignment_fixed}};
   j["losses"] = losses;
+  const auto& stale = symbols.stale_symbols();
+  j["symbols"] = {{"stale_module_symbols_dropped", stale.dropped},
+                  {"modules_without_symbols", stale.modules_without_symbols}};
   ObserverShare obs = observer_share(p, symbols);
   j["observer"] = {{"insns", obs.insns}, {"percent", obs.percent()}, {"parts", obs.parts}};
   ProfileSummary s = summarize(p, symbols);
@@ -217,8 +220,10 @@ std::string format_report_json(const Profile& p, const Symbolizer& symbols, cons
   return j.dump(2) + "\n";
 }
 
-std::string folded_stacks(const Profile& p, const Symbolizer& symbols) {
-  std::map<std::string, uint64_t> lines;
+// Frame names keep to what folded files can hold: ';' separates frames and
+// a space ends the stack, so "name [module]" becomes "name_[module]".
+FoldedStacks folded_stacks_of(const Profile& p, const Symbolizer& symbols) {
+  FoldedStacks out;
   for (const auto& [path, n] : p.stacks) {
     std::string key;
     for (uint32_t f : path) {
@@ -228,11 +233,13 @@ std::string folded_stacks(const Profile& p, const Symbolizer& symbols) {
       std::replace(name.begin(), name.end(), ' ', '_');
       key += name;
     }
-    lines[key] += n;
+    if (!key.empty()) out.add(key, n);
   }
-  std::string out;
-  for (const auto& [k, n] : lines) out += k + " " + std::to_string(n) + "\n";
   return out;
+}
+
+std::string folded_stacks(const Profile& p, const Symbolizer& symbols) {
+  return format_folded(folded_stacks_of(p, symbols));
 }
 
 std::string format_trace(const std::vector<TraceLine>& lines, const Symbolizer& symbols) {

@@ -2,6 +2,7 @@
 #include "kthost/decode/symbolizer.h"
 
 #include <algorithm>
+#include <map>
 
 #include "dwarf_lines.h"
 #include "kthost/introspect/guest_symbols.h"
@@ -24,15 +25,45 @@ Status Symbolizer::add_kallsyms(const std::string& kallsyms_text, const std::str
   if (!kallsyms_text.empty()) KT_TRY(gs.parse_kallsyms(kallsyms_text));
   if (!modules_text.empty()) KT_TRY(gs.parse_modules(modules_text));
   for (const auto& m : gs.modules) add_module_range(m.name, m.base, m.size);
+  // The module list is current; the guest's kallsyms may be older.
+  auto module_at = [&gs](uint64_t address) -> const std::string* {
+    for (const auto& m : gs.modules)
+      if (address >= m.base && address - m.base < m.size) return &m.name;
+    return nullptr;
+  };
+  std::map<std::string, uint64_t> symbols_per_module;
+  for (const auto& m : gs.modules) symbols_per_module[m.name] = 0;
   std::vector<const KernelSymbol*> text;
-  for (const auto& s : gs.symbols)
-    if (s.type == 't' || s.type == 'T' || s.type == 'w' || s.type == 'W') text.push_back(&s);
+  for (const auto& s : gs.symbols) {
+    if (!(s.type == 't' || s.type == 'T' || s.type == 'w' || s.type == 'W')) continue;
+    if (!s.module.empty() && !gs.modules.empty()) {
+      const std::string* here = module_at(s.address);
+      auto listed = symbols_per_module.find(s.module);
+      if (listed == symbols_per_module.end() || (here && *here != s.module)) {
+        ++stale_.dropped;
+        continue;
+      }
+      ++listed->second;
+    }
+    text.push_back(&s);
+  }
+  if (!gs.symbols.empty())
+    for (const auto& [name, n] : symbols_per_module)
+      if (n == 0) stale_.modules_without_symbols.push_back(name);
   for (size_t i = 0; i < text.size(); ++i) {
     const auto& s = *text[i];
     if (s.name == "_stext") stext_ = s.address;
     FunctionInfo f;
     f.start = s.address;
     f.end = i + 1 < text.size() ? text[i + 1]->address : s.address + 4096;
+    // A module's last symbol ends with the module, not at the next module's
+    // first; the core kernel's last one does not run into module space.
+    if (!s.module.empty()) {
+      for (const auto& m : gs.modules)
+        if (s.address >= m.base && s.address - m.base < m.size) f.end = std::min(f.end, m.base + m.size);
+    } else if (i + 1 < text.size() && !text[i + 1]->module.empty()) {
+      f.end = std::min(f.end, s.address + 4096);
+    }
     if (f.end <= f.start) continue;  // aliases at one address: the last one names it
     f.name = s.name;
     f.module = s.module.empty() ? "kernel" : s.module;

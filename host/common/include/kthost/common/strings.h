@@ -27,5 +27,9 @@ bool starts_with(std::string_view text, std::string_view prefix);
 // Replaces bytes that are not printable ASCII with '?', and caps the length,
 // so that untrusted names never reach a terminal raw.
 std::string sanitize_name(std::string_view text, size_t max_len = 256);
+// Text for an XML attribute or element: & < > " ' escaped; control bytes
+// (but newline and tab when keep_lines) and non-ASCII bytes become '?', so
+// untrusted names never make the document ill-formed.
+std::string xml_escape(std::string_view text, bool keep_lines = false);
 
 }  // namespace kt

@@ -1,6 +1,6 @@
 // Reports from a decoded profile: per-function tables, the call graph, folded
 // stacks and a flame graph SVG, coverage, the instruction trace, and the
-// summary that `kthost diff` compares. Text for people, JSON for machines.
+// summary that `kthost diff` compares (kt_regress). Text for people, JSON for machines.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include "kthost/common/result.h"
 #include "kthost/decode/decoder.h"
 #include "kthost/decode/symbolizer.h"
+#include "kthost/flame/flame.h"
 
 namespace kt {
 
@@ -43,36 +44,20 @@ std::string format_report_text(const Profile& profile, const Symbolizer& symbols
 std::string format_report_json(const Profile& profile, const Symbolizer& symbols, const ReportOptions& options,
                                const std::map<std::string, uint64_t>& losses);
 
+// The profile's call stacks by function key, as kt_flame holds them.
+FoldedStacks folded_stacks_of(const Profile& profile, const Symbolizer& symbols);
 // "root;caller;callee count" lines, sorted (Brendan Gregg's folded format).
 std::string folded_stacks(const Profile& profile, const Symbolizer& symbols);
-// A flame graph of the folded stacks: a standalone SVG (no script needed to view).
+// The interactive flame graph of the folded stacks (kt_flame's flame_svg).
 std::string flamegraph_svg(const Profile& profile, const Symbolizer& symbols, const std::string& title);
 
 // perf script --itrace style lines.
 std::string format_trace(const std::vector<TraceLine>& lines, const Symbolizer& symbols);
 
-// kthost diff.
-struct DiffOptions {
-  double threshold_pct = 10.0;  // an instruction-count change beyond this is a difference
-  uint64_t min_insns = 0;       // ignore functions below this in both traces
-};
-struct FunctionChange {
-  std::string name;
-  uint64_t before = 0, after = 0;
-  double change_pct = 0;  // +inf for new
-};
-struct DiffResult {
-  std::vector<std::string> new_functions, gone_functions;
-  std::vector<FunctionChange> changed;  // beyond the threshold
-  uint64_t functions_before = 0, functions_after = 0, blocks_before = 0, blocks_after = 0;
-  uint64_t insns_before = 0, insns_after = 0;
-  bool differs() const { return !new_functions.empty() || !gone_functions.empty() || !changed.empty(); }
-};
-DiffResult diff_summaries(const ProfileSummary& a, const ProfileSummary& b, const DiffOptions& options);
-std::string format_diff_text(const DiffResult& d, const DiffOptions& options);
-std::string format_diff_json(const DiffResult& d, const DiffOptions& options);
-// Reads the summary back from `kthost report --json` output.
-// Errors: InvalidInput naming `name`.
-Result<ProfileSummary> parse_report_json(const std::string& text, const std::string& name);
+// Reads the summary (functions, coverage, decode errors) back from `kthost
+// report --json` output, and its non-zero losses into `losses` when given.
+// Errors: InvalidInput naming `name` and the field.
+Result<ProfileSummary> parse_report_json(const std::string& text, const std::string& name,
+                                         std::map<std::string, uint64_t>* losses = nullptr);
 
 }  // namespace kt

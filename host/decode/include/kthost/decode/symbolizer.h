@@ -36,8 +36,18 @@ class Symbolizer {
   // kallsyms and modules of the bundle, then its ksymbol and module events.
   static Result<Symbolizer> from_bundle(const Bundle& bundle);
 
-  // Static symbols (kallsyms text): each runs to the next one.
+  // Static symbols (kallsyms text): each runs to the next one. A module
+  // symbol is dropped when the module list (read later than the guest's
+  // cached kallsyms) has no such module, or puts another module at its
+  // address: text freed and reused since (an unloaded module, a freed init
+  // section). Listed modules left without symbols were loaded after the
+  // cache was read: their addresses name only the module. Both are counted.
   Status add_kallsyms(const std::string& kallsyms_text, const std::string& modules_text);
+  struct StaleSymbols {
+    uint64_t dropped = 0;                          // module symbols dropped as above
+    std::vector<std::string> modules_without_symbols;
+  };
+  const StaleSymbols& stale_symbols() const { return stale_; }
   // A symbol with a known size and lifetime (ksymbol events, tests).
   void add_dynamic(FunctionInfo info);
   // Module text ranges, so that addresses without a symbol still get a module.
@@ -71,6 +81,7 @@ class Symbolizer {
   std::vector<ModuleRange> modules_;
   std::vector<uint32_t> module_unknown_;  // per module: its "[unknown]" function
   uint64_t stext_ = 0;
+  StaleSymbols stale_;
   std::unique_ptr<DwarfLines> dwarf_;
 };
 

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Checks a scripts/kthost-ci.sh output directory (tests/vm/run-regress.sh).
+
+  check-regression.py injected DIR STATUS KO_BASE:LOOPS KO_NEW:LOOPS CALLS
+  check-regression.py same DIR STATUS
+  check-regression.py kernels DIR STATUS
+
+injected: the truth is the module's own machine code. objdump -d of each
+ktregress.ko gives ktregress_work's instructions; the one backward branch
+marks the loop; one call runs the instructions before the loop once, the loop
+body LOOPS times and the instructions after it once. CALLS calls per run.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+failures = []
+
+
+def check(ok, what):
+    print(("ok    " if ok else "FAIL  ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def instructions_per_call(ko, loops):
+    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", ko], check=True, capture_output=True,
+                         text=True).stdout
+    body = out.split("<ktregress_work>:\n", 1)[1].split("\n\n", 1)[0]
+    insns = []
+    for line in body.splitlines():
+        m = re.match(r"\s*([0-9a-f]+):\s+(\S+)\s*(.*)", line)
+        if m:
+            insns.append((int(m.group(1), 16), m.group(2), m.group(3)))
+    back = [(i, int(t.group(1), 16)) for i, (a, op, arg) in enumerate(insns)
+            if op.startswith("j") and (t := re.match(r"([0-9a-f]+) <", arg)) and int(t.group(1), 16) < a]
+    if len(back) != 1:
+        raise SystemExit(f"{ko}: want one backward branch in ktregress_work, found {len(back)}")
+    jump, target = back[0]
+    start = next(i for i, (a, _, _) in enumerate(insns) if a == target)
+    # After the loop: straight on to the first ret or jmp (a return thunk).
+    end = next(i for i in range(jump + 1, len(insns)) if insns[i][1].startswith(("ret", "jmp")))
+    return start + loops * (jump - start + 1) + (end - jump)
+
+
+def common(d):
+    j = json.load(open(os.path.join(d, "regression.json")))
+    junit = os.path.join(d, "junit.xml")
+    check(subprocess.run(["xmllint", "--noout", junit]).returncode == 0, "junit.xml is well-formed (xmllint)")
+    root = ET.parse(junit).getroot()
+    suites = root.findall("testsuite")
+    cases = [c for s in suites for c in s.findall("testcase")]
+    sums_ok = root.tag == "testsuites" and int(root.get("tests")) == len(cases) and \
+        int(root.get("failures")) == sum(len(c.findall("failure")) for c in cases) and \
+        int(root.get("errors")) == sum(len(c.findall("error")) for c in cases) and \
+        all(int(s.get("tests")) == len(s.findall("testcase")) and
+            int(s.get("failures")) == sum(len(c.findall("failure")) for c in s.findall("testcase")) for s in suites)
+    check(sums_ok, f"junit.xml: testsuites/testsuite/testcase/failure counts add up ({len(cases)} test cases)")
+    for svg in ("base.svg", "new.svg", "diff.svg"):
+        path = os.path.join(d, svg)
+        png = path + ".png"
+        ok = subprocess.run(["xmllint", "--noout", path]).returncode == 0 and \
+            subprocess.run(["rsvg-convert", "-o", png, path]).returncode == 0 and os.path.getsize(png) > 1000
+        check(ok, f"{svg} is well-formed and renders (rsvg-convert)")
+    md = open(os.path.join(d, "summary.md")).read()
+    for section in ("# kthost regression report", "**Verdict:", "## Regressions", "## Improvements",
+                    "## Inclusive changes", "## Coverage", "## Runs: decode errors and losses"):
+        check(section in md, f"summary.md has '{section}'")
+    return j
+
+
+def main():
+    mode, d, status = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    out = os.path.join(d, "diff")
+    if not os.path.exists(os.path.join(out, "regression.json")):
+        raise SystemExit(f"FAIL  {mode}: no {out}/regression.json (kthost-ci.sh exited {status})")
+    j = common(out)
+    grew = [x for x in j["self"] if x["kind"] in ("grew", "new")]
+    if mode == "injected":
+        (ko_a, loops_a), (ko_b, loops_b) = [a.rsplit(":", 1) for a in sys.argv[4:6]]
+        calls = int(sys.argv[6])
+        want_a = calls * instructions_per_call(ko_a, int(loops_a))
+        want_b = calls * instructions_per_call(ko_b, int(loops_b))
+        check(status == 1, f"exit status 1 (regression): {status}")
+        names = [x["name"] for x in j["self"]]
+        check(names == ["ktregress_work [ktregress]"], f"exactly ktregress_work flagged: {names}")
+        f = next((x for x in j["self"] if x["name"] == "ktregress_work [ktregress]"), None)
+        if f:
+            check(f["base"]["min"] == f["base"]["max"] == want_a,
+                  f"base: {f['base']['min']:.0f}..{f['base']['max']:.0f} instructions per run, "
+                  f"the machine code says {want_a}")
+            check(f["new"]["min"] == f["new"]["max"] == want_b,
+                  f"new: {f['new']['min']:.0f}..{f['new']['max']:.0f} instructions per run, "
+                  f"the machine code says {want_b}")
+            check(abs(f["factor"] - want_b / want_a) < 1e-9, f"factor {f['factor']:.4f} = {want_b / want_a:.4f}")
+        # Inclusive: only ktregress_work and what called it, by the stacks.
+        ancestors = set()
+        for line in open(os.path.join(out, "new.folded")):
+            frames = line.rsplit(" ", 1)[0].split(";")
+            if "ktregress_work [ktregress]" in frames:
+                ancestors.update(frames[:frames.index("ktregress_work [ktregress]") + 1])
+        inclusive = [x["name"] for x in j["inclusive"]]
+        check("ktregress_work [ktregress]" in inclusive and "ktregress_run [ktregress]" in inclusive,
+              "inclusive: ktregress_work and its caller ktregress_run flagged")
+        others = [n for n in inclusive if n not in ancestors]
+        check(not others, f"inclusive: nothing flagged but ktregress_work and its callers ({len(inclusive)} flagged; "
+              f"others: {others[:5]})")
+    elif mode == "same":
+        check(status == 0, f"exit status 0 (no regression): {status}")
+        check(not j["self"], f"nothing flagged: {[(x['name'], x['kind']) for x in j['self']][:5]}")
+    elif mode == "kernels":
+        check(status in (0, 1), f"exit status 0 or 1: {status}")
+        check(not j["run_problems"], f"no run over the limits: {j['run_problems']}")
+        for side in ("base", "new"):
+            kinds = j[side]["decode_error_kinds"]
+            check(kinds.get("no_text", 0) == 0 and kinds.get("desync", 0) == 0,
+                  f"{side}: no 'no text' or desync decode errors ({kinds})")
+        print(f"      {len(j['self'])} functions changed between the kernels:")
+        for x in j["self"][:25]:
+            print(f"      {x['kind']:8} {x['base']['mean']:12.0f} -> {x['new']['mean']:12.0f}  {x['name']}")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+#!/bin/bash
+# CI regression tracing end to end (scripts/kthost-ci.sh), against truth that
+# shares nothing with kthost:
+#   1. injected regression: ktregress.ko built twice, differing only in its
+#      loop count (LOOPS and 10 x LOOPS), in two images of the default kernel.
+#      The diff must flag exactly ktregress_work (own instructions), with
+#      exactly the count the module's own machine code gives: objdump of each
+#      .ko, instructions before the loop + LOOPS x the loop body + after it,
+#      times the workload's 20 calls; its callers' inclusive counts flagged;
+#      nothing else above the noise. Exit status 1.
+#   2. the same image on both sides: no regression, exit status 0.
+#   3. two real kernels (the generic ABI before the default one, from the
+#      archive, against the default image): runs clean, exit status 0 or 1,
+#      no run over the error or loss limits; the changed functions printed.
+# And every output: junit.xml well-formed (xmllint) with counts that add up,
+# the SVGs well-formed and rendered (rsvg-convert), summary.md's sections.
+#
+# usage: tests/vm/run-regress.sh BUILD_DIR [WORK_DIR]
+set -euo pipefail
+BUILD=$(cd "${1:?usage: run-regress.sh BUILD_DIR [WORK_DIR]}" && pwd)
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+W=${2:-$BUILD/regress}
+rm -rf "$W"
+mkdir -p "$W"
+say() { echo "regress: $*"; }
+LOOPS=5000
+release=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['kernel_release'])" "$BUILD/vm-image/manifest.json")
+kdir=/usr/src/linux-headers-$release
+[ -f "$kdir/Module.symvers" ] || apt-get install -y -q "linux-headers-$release" >/dev/null
+
+say "1. ktregress.ko with $LOOPS and $((LOOPS * 10)) loops, and an image of $release with each"
+for side in base:$LOOPS new:$((LOOPS * 10)); do
+  name=${side%%:*} loops=${side#*:}
+  "$SRC/tests/vm/ktregress/build.sh" "$W/$name-ko" "$loops" "$kdir" >"$W/$name-ko.log" 2>&1 ||
+    { cat "$W/$name-ko.log"; exit 1; }
+  "$SRC/vm-images/build-image.sh" "$W/$name-image" --guest-kit "$BUILD/guest-kit" --cache "$BUILD/vm-image-cache" \
+    --ktguard "$BUILD/ktguard/ktguard.ko" --module "$W/$name-ko/ktregress.ko" >"$W/$name-image.log" 2>&1 ||
+    { tail -n 5 "$W/$name-image.log"; exit 1; }
+done
+
+ci() {  # ci NAME BASE NEW WORKLOAD: runs kthost-ci.sh, prints its summary, echoes its exit status
+  local name=$1 status
+  set +e
+  "$SRC/scripts/kthost-ci.sh" --build "$BUILD" --base "$2" --new "$3" --workload "$4" --runs 3 --out "$W/$name" \
+    >"$W/$name.md" 2>"$W/$name.log"
+  status=$?
+  set -e
+  grep 'kthost-ci: time' "$W/$name.log" >&2 || true
+  echo "$status"
+}
+
+say "   kthost-ci.sh: base (LOOPS) against new (10 x LOOPS), 3 runs each"
+status=$(ci injected "$W/base-image" "$W/new-image" "$SRC/tests/vm/ktregress/workload.sh")
+sed -n '1,/## Coverage/p' "$W/injected.md"
+python3 "$SRC/tests/tools/check-regression.py" injected "$W/injected" "$status" \
+  "$W/base-ko/ktregress.ko:$LOOPS" "$W/new-ko/ktregress.ko:$((LOOPS * 10))" 20
+
+say "2. the same image on both sides, 3 runs each"
+status=$(ci same "$W/base-image" "$W/base-image" "$SRC/tests/vm/ktregress/workload.sh")
+sed -n '1,/## Inclusive/p' "$W/same.md"
+python3 "$SRC/tests/tools/check-regression.py" same "$W/same" "$status"
+
+say "3. two real kernels: the generic ABI before $release, against $release"
+abi_of() { apt-cache depends "linux-image-$1" 2>/dev/null | sed -n "s/^ *Depends: linux-image-\(.*-$1\)\$/\1/p" | head -n1; }
+[ -n "$(abi_of amd64)" ] || apt-get update -qq
+older=$(apt-cache search --names-only '^linux-image-[0-9.]+-[0-9]+-amd64$' | cut -d' ' -f1 |
+  sed 's/^linux-image-//' | sort -rV | awk -v d="$release" '$0 != d { print; exit }')
+[ -n "$older" ] || { say "the archive has no generic ABI besides $release"; exit 1; }
+older_image=$BUILD/kernels/$older/image  # vm_Kernels builds it; kthost-ci.sh builds it otherwise
+[ -f "$older_image/manifest.json" ] || older_image=$older
+status=$(ci kernels "$older_image" "$BUILD/vm-image" "$SRC/tests/vm/ktregress/syscalls.sh")
+sed -n '1,/## Inclusive/p' "$W/kernels.md"
+python3 "$SRC/tests/tools/check-regression.py" kernels "$W/kernels" "$status"
+say "all checks passed"
