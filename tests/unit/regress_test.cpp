@@ -129,7 +129,8 @@ TEST(RegressOutputs, JunitCountsAddUpAndMarkdownHasItsSections) {
   EXPECT_NE(x.find("name=\"steady (own instructions)\""), std::string::npos);
   const std::string md = regression_markdown(r, "v6.1 | base", "new", 10);
   for (const char* s : {"**Verdict: regression**", "## Regressions", "## Improvements", "## Inclusive changes",
-                        "## Coverage", "## Runs: decode errors and losses", "`grows`", "`fresh`", "| new |"})
+                        "## Coverage", "## Runs: decode errors and losses", "`grows`", "`fresh`", "| new |",
+                        "| base `a` | 1,200,000 | 0 | 0 |", "| new `b` | 1,400,000 | 0 | 0 |"})
     EXPECT_NE(md.find(s), std::string::npos) << s << "\n" << md;
   auto j = nlohmann::json::parse(regression_json(r));
   EXPECT_EQ(j["verdict"], "regression");

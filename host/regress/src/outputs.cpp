@@ -36,7 +36,14 @@ nlohmann::json set_json(const RunSetStats& s) {
           {"decode_error_kinds", s.error_kinds},
           {"losses", s.losses},
           {"loss_kinds", s.loss_kinds},
-          {"stacks", s.have_stacks}};
+          {"stacks", s.have_stacks},
+          {"runs_health", [&s] {
+             nlohmann::json a = nlohmann::json::array();
+             for (const auto& h : s.health)
+               a.push_back({{"name", h.name}, {"insns", h.insns}, {"decode_errors", h.decode_errors},
+                            {"losses", h.losses}});
+             return a;
+           }()}};
 }
 
 // Exact counts in full, with thousands separators; means keep one decimal.
@@ -165,6 +172,12 @@ std::string regression_markdown(const RegressionResult& r, const std::string& ba
   out += "| | base | new |\n|---|---|---|\n";
   out += "| decode errors | " + kinds(r.base.error_kinds) + " | " + kinds(r.next.error_kinds) + " |\n";
   out += "| losses | " + kinds(r.base.loss_kinds) + " | " + kinds(r.next.loss_kinds) + " |\n\n";
+  out += "| run | instructions | decode errors | losses |\n|---|---:|---:|---:|\n";
+  for (const auto* side : {&r.base, &r.next})
+    for (const auto& h : side->health)
+      out += "| " + std::string(side == &r.base ? "base " : "new ") + cell(h.name) + " | " + num(static_cast<double>(h.insns)) +
+             " | " + std::to_string(h.decode_errors) + " | " + std::to_string(h.losses) + " |\n";
+  out += "\n";
   if (!r.run_problems.empty()) {
     out += "Over the limits:\n\n";
     for (const auto& p : r.run_problems) out += "- " + p + "\n";

@@ -100,14 +100,18 @@ RunSetStats summarize_runs(const std::vector<TracedRun>& runs) {
       add_spread(self, name, i, runs.size(), static_cast<double>(f.insns));
       add_spread(calls, name, i, runs.size(), static_cast<double>(f.calls));
     }
+    RunHealth h{r.name, r.summary.insns, 0, 0};
     for (const auto& [kind, n] : r.summary.errors) {
       s.error_kinds[kind] += n;
-      s.decode_errors += n;
+      h.decode_errors += n;
     }
     for (const auto& [kind, n] : r.losses) {
       s.loss_kinds[kind] += n;
-      s.losses += n;
+      h.losses += n;
     }
+    s.decode_errors += h.decode_errors;
+    s.losses += h.losses;
+    s.health.push_back(std::move(h));
     if (r.stacks.stacks.empty()) s.have_stacks = false;
     const FoldedStacks normal = normalize_stacks(r.stacks);
     for (const auto& [stack, n] : normal.stacks) {

@@ -40,8 +40,15 @@ struct Spread {
   double range() const { return max - min; }
 };
 
+// One run's health, as the summary lists it.
+struct RunHealth {
+  std::string name;
+  uint64_t insns = 0, decode_errors = 0, losses = 0;
+};
+
 struct RunSetStats {
   uint32_t runs = 0;
+  std::vector<RunHealth> health;                 // per run, in order
   Spread total;                                  // all instructions
   std::map<std::string, Spread> self;            // instructions in the function itself
   std::map<std::string, Spread> inclusive;       // ... and in everything it called (from the stacks)
