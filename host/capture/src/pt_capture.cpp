@@ -151,8 +151,9 @@ Status PtCapture::stop(const Sink& sink) {
     // then ends its stream at its next block, or when it next goes idle. A
     // halted vCPU may sleep through it: stop/cont makes every vCPU go idle.
     if (!wait_for_markers(std::chrono::milliseconds(15 * KTHOST_PT_TRIGGER_POLL_MS))) {
-      if (auto st = wake_vcpus(); !st && first) first = st;
-      (void)wait_for_markers(std::chrono::seconds(2));
+      auto woken = wake_vcpus();
+      if (!woken && first) first = woken.error();
+      if (woken && *woken) (void)wait_for_markers(std::chrono::seconds(2));
     }
     unconfirmed_ = waiting_for_markers();
   }
@@ -179,17 +180,17 @@ bool PtCapture::wait_for_markers(std::chrono::milliseconds timeout) const {
 
 // A VM stop makes every vCPU thread go idle (the plugin's idle callback),
 // even one already halted. Only a running VM is touched, and it is always
-// continued: cont is retried until QEMU says it runs.
-Status PtCapture::wake_vcpus() {
-  if (!monitor_) return {};
+// continued: cont is retried until QEMU says it runs. True when it was done.
+Result<bool> PtCapture::wake_vcpus() {
+  if (!monitor_) return false;
   auto status = monitor_->execute("query-status");
   if (!status) return status.error().with_context("waking the vCPUs to end their PT streams");
-  if (!status->is_object() || status->value("status", "") != "running") return {};
+  if (!status->is_object() || !(*status)["status"].is_string() || (*status)["status"] != "running") return false;
   auto stopped = monitor_->execute("stop");
   if (!stopped) return stopped.error().with_context("waking the vCPUs to end their PT streams (stop)");
   Error last(ErrorCode::Io, "not tried");
   for (int attempt = 0; attempt < 5; ++attempt) {
-    if (auto cont = monitor_->execute("cont"); cont) return {};
+    if (auto cont = monitor_->execute("cont"); cont) return true;
     else last = cont.error();
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

@@ -1,10 +1,5 @@
 // `kthost report --json` read back (kthost diff takes it in place of a bundle).
 // The file is untrusted: every field is type-checked.
-#include <algorithm>
-#include <cinttypes>
-#include <cmath>
-#include <cstdio>
-#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "kthost/decode/report.h"

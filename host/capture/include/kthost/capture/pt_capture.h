@@ -92,7 +92,7 @@ class PtCapture {
   Status tail(Stream& s, const Sink& sink);
   std::vector<uint32_t> waiting_for_markers() const;
   bool wait_for_markers(std::chrono::milliseconds timeout) const;
-  Status wake_vcpus();
+  Result<bool> wake_vcpus();
   std::string kind_;
   std::string trigger_;
   bool running_ = false;
