@@ -8,7 +8,8 @@ PACKAGES="build-essential cmake pkg-config g++ clang-14 libfuzzer-14-dev libclan
   qemu-system-x86 qemu-utils busybox-static cpio gzip binutils
   python3 procps coreutils apt-utils
   libvirt-dev libxml2-dev libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-system libvirt-clients
-  libxml2-utils librsvg2-bin linux-perf chromium-headless-shell"
+  libxml2-utils librsvg2-bin linux-perf chromium-headless-shell
+  debhelper dh-dkms dkms dpkg-dev lintian mmdebstrap fdisk e2fsprogs"
 # libxml2-utils (xmllint) and librsvg2-bin (rsvg-convert): the flame graph SVG
 # test checks the XML and renders it; chromium-headless-shell runs its
 # script (zoom, search) in a real browser (tests/tools/check-flame-browser.py).
@@ -19,6 +20,9 @@ PACKAGES="build-essential cmake pkg-config g++ clang-14 libfuzzer-14-dev libclan
 # (/etc/libvirt/qemu.conf) and libvirt-clients (virsh) run the test domain.
 # Without systemd, vm-images/libvirt/kthost-libvirt.sh start-daemon starts
 # the daemons by hand.
+# debhelper, dh-dkms, dkms, dpkg-dev, lintian: the guest kit's Debian packages
+# (guest-kit/debian/build-debs.sh); mmdebstrap, fdisk (sfdisk), e2fsprogs
+# (mke2fs -d): the systemd disk image (vm-images/build-disk-image.sh).
 missing=""
 for p in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

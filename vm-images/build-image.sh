@@ -71,20 +71,9 @@ TEST_MODULES="dummy"
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
-# Prints "PACKAGE CANDIDATE-VERSION" per package, in one apt-cache call (each costs ~1 s).
-candidate_versions() {
-  apt-cache policy "$@" 2>/dev/null | awk '/^[^ ].*:$/ { pkg = substr($1, 1, length($1) - 1) }
-    /^ *Candidate: / && $2 != "(none)" { print pkg, $2 }'
-}
-
-# The kernel package a SPEC names (see --kernel), "" when apt does not know it.
-resolve_kernel_package() {
-  case $1 in
-    [0-9]*.*-*) apt-cache show "linux-image-$1" >/dev/null 2>&1 && echo "linux-image-$1" ;;
-    *) apt-cache depends "linux-image-$1" 2>/dev/null |
-         sed -n "s/^ *Depends: \(linux-image-[0-9][^ ]*-$1\)\$/\1/p" | head -n1 ;;
-  esac
-}
+# resolve_kernel_package SPEC, candidate_versions PKG...
+# shellcheck source=kernel-spec.sh
+. "$HERE/kernel-spec.sh"
 
 BBPKG=busybox-static
 KDEB_LOCAL="" KPKG="" KVER=""
@@ -118,6 +107,7 @@ say "kernel ${KTREE:+tree $KTREE, release }$KPKG $KVER, $BBPKG $BBVER"
 STAMP_TEXT=$(
   echo "script $(sha "$0")"
   echo "init $(sha "$HERE/init")"
+  echo "kernel-spec $(sha "$HERE/kernel-spec.sh")"
   echo "ktexec $(sha "$GUEST_KIT/ktexec")"
   echo "ktprobe $(sha "$GUEST_KIT/ktprobe")"
   echo "ktguest $(sha "$GUEST_KIT/ktguest")"

@@ -8,11 +8,15 @@
 #   kthost-libvirt.sh define IMAGE_DIR [--name N] [--plugin PATH[,ARGS] | --no-plugin]
 #                     [--ram memfd|file|none] [--no-channel] [--mem MiB]
 #                     [--accel auto|kvm|tcg] [--append ARGS]
+#   kthost-libvirt.sh define --disk DISK.qcow2 [same options but --append]
 #       Writes /var/lib/kthost/libvirt/N.xml from kthost-test.xml.in and
 #       defines it (redefines a stopped domain of that name). Under TCG the
 #       software PT plugin (IMAGE_DIR/../pt-plugin/ktpt.so) is loaded by
 #       default, switched on only by kthost trace's trigger file. --ram none
 #       and --no-channel make the domains the tests use to check kthost's errors.
+#       --disk: the systemd disk image (vm-images/build-disk-image.sh) on a
+#       virtio disk, booted by its own GRUB and its own kernel command line;
+#       a reboot restarts it in place (IMAGE_DIR is the disk's directory).
 #   kthost-libvirt.sh start NAME [--timeout S]
 #       virsh start, then waits for KTHOST-READY on the serial console log
 #       (as vm-images/ktvm does); prints the console tail if it never comes.
@@ -149,9 +153,18 @@ check_name() {
 xml_escape() { printf '%s' "$1" | sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g' -e "s/'/\&apos;/g" -e 's/"/\&quot;/g'; }
 
 cmd_define() {
-  [ $# -ge 1 ] || die "usage: define IMAGE_DIR [--name N] [--plugin PATH[,ARGS] | --no-plugin] [--ram memfd|file|none] [--no-channel] [--mem MiB] [--accel auto|kvm|tcg] [--append ARGS]"
-  image=$(cd "$1" 2>/dev/null && pwd) || die "image directory $1 does not exist"
-  shift
+  [ $# -ge 1 ] || die "usage: define IMAGE_DIR|--disk DISK.qcow2 [--name N] [--plugin PATH[,ARGS] | --no-plugin] [--ram memfd|file|none] [--no-channel] [--mem MiB] [--accel auto|kvm|tcg] [--append ARGS]"
+  disk=""
+  if [ "$1" = --disk ]; then
+    [ $# -ge 2 ] || die "define --disk needs a disk image"
+    [ -f "$2" ] || die "disk image $2 does not exist (vm-images/build-disk-image.sh)"
+    disk=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+    image=$(dirname "$disk")
+    shift 2
+  else
+    image=$(cd "$1" 2>/dev/null && pwd) || die "image directory $1 does not exist"
+    shift
+  fi
   name=kthost-test plugin="" noplugin=0 ram=memfd channel=1 mem=512 accel=auto extra=""
   while [ $# -gt 0 ]; do
     case "$1" in
@@ -167,9 +180,24 @@ cmd_define() {
     esac
   done
   check_name "$name"
-  for f in vmlinuz initrd.gz; do
-    [ -f "$image/$f" ] || die "$image/$f is missing (build the image: cmake --build BUILD --target vm-image)"
-  done
+  if [ -n "$disk" ]; then
+    [ -z "$extra" ] || die "--append: the disk image boots with its own GRUB command line (/etc/default/grub)"
+    boot="<boot dev='hd'/>" onreboot=restart
+    diskxml="<disk type='file' device='disk'>
+      <driver name='qemu' type='qcow2'/>
+      <source file='$(xml_escape "$disk")'/>
+      <target dev='vda' bus='virtio'/>
+    </disk>"
+  else
+    for f in vmlinuz initrd.gz; do
+      [ -f "$image/$f" ] || die "$image/$f is missing (build the image: cmake --build BUILD --target vm-image)"
+    done
+    append=$APPEND_DEFAULT
+    [ -z "$extra" ] || append="$append $extra"
+    boot="<kernel>$(xml_escape "$image/vmlinuz")</kernel>
+    <initrd>$(xml_escape "$image/initrd.gz")</initrd>
+    <cmdline>$(xml_escape "$append")</cmdline>" onreboot=destroy diskxml=""
+  fi
   case "$mem" in ''|*[!0-9]*) die "--mem takes MiB" ;; esac
   rule=$(accel_rule "$image")
   case "$accel" in
@@ -230,16 +258,12 @@ cmd_define() {
     <qemu:arg value='$(xml_escape "file=$ppath$pargs")'/>
   </qemu:commandline>"
   fi
-  append=$APPEND_DEFAULT
-  [ -z "$extra" ] || append="$append $extra"
-
   xml="$STATE/$name.xml"
   # Multi-line values go through awk (sed cannot take newlines in a replacement).
   NAME=$name DTYPE=$dtype MEM=$mem CPU=$cpu MEMBACKING=$membacking CHANNELS=$channels QEMUCMD=$qemu_cmdline \
-  KERNEL=$(xml_escape "$image/vmlinuz") INITRD=$(xml_escape "$image/initrd.gz") APPEND=$(xml_escape "$append") \
-  CONSOLE=$(xml_escape "$dir/console.log") \
+  BOOT=$boot ONREBOOT=$onreboot DISK=$diskxml CONSOLE=$(xml_escape "$dir/console.log") \
     awk '{
-      n = split("NAME DTYPE MEM CPU MEMBACKING CHANNELS QEMUCMD KERNEL INITRD APPEND CONSOLE", keys, " ")
+      n = split("NAME DTYPE MEM CPU MEMBACKING CHANNELS QEMUCMD BOOT ONREBOOT DISK CONSOLE", keys, " ")
       for (i = 1; i <= n; i++) {
         key = "@" keys[i] "@"
         while ((p = index($0, key)) > 0) $0 = substr($0, 1, p - 1) ENVIRON[keys[i]] substr($0, p + length(key))
@@ -254,7 +278,7 @@ cmd_define() {
     virsh_q undefine "$name" >/dev/null || die "virsh undefine $name (to redefine it) failed"
   fi
   virsh_q define "$xml" >/dev/null || die "virsh define $xml failed"
-  say "defined $name ($accel, ram $ram, channel $([ "$channel" = 1 ] && echo yes || echo no)${plugin:+, plugin $plugin}) from $xml"
+  say "defined $name ($accel, ${disk:+disk $disk, }ram $ram, channel $([ "$channel" = 1 ] && echo yes || echo no)${plugin:+, plugin $plugin}) from $xml"
   echo "$xml"
 }
 
