@@ -13,18 +13,26 @@
 #      and it is loaded; `kthost trace --domain` over BPF programs and a module
 #      cycle gives a bundle whose BPF text equals the guest's own JIT bytes
 #      (tests/tools/check-bpf-text.py);
-#   4. the upgrade: dpkg -i of the staged kernel and headers; DKMS builds
+#   4. with --upgrade: dpkg -i of the staged kernel and headers; DKMS builds
 #      ktguard for the new kernel at install; reboot in place (GRUB boots the
 #      newest kernel); then the new kernel runs, ktguard is loaded for it,
 #      ktguest runs, and the trace and BPF check pass again.
-# Prints one line per check; exits 1 at the first that fails.
+# Prints one line per check; exits 1 at the first that fails. CTest's
+# vm_DiskImage runs steps 1-3: the upgrade's package install and DKMS build
+# run inside the TCG guest and take more than ten minutes there.
 #
-# usage: tests/vm/run-disk-image.sh BUILD_DIR [--keep DIR]
+# usage: tests/vm/run-disk-image.sh BUILD_DIR [--upgrade] [--keep DIR]
 set -euo pipefail
-BUILD=$(cd "${1:?usage: run-disk-image.sh BUILD_DIR [--keep DIR]}" && pwd)
+BUILD=$(cd "${1:?usage: run-disk-image.sh BUILD_DIR [--upgrade] [--keep DIR]}" && pwd)
 shift
-KEEP=""
-[ "${1:-}" != --keep ] || KEEP=${2:?--keep needs a directory}
+KEEP="" UPGRADE=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --upgrade) UPGRADE=1; shift ;;
+    --keep) KEEP=${2:?--keep needs a directory}; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 K=$BUILD/host/cli/kthost
 LV=$SRC/vm-images/libvirt/kthost-libvirt.sh
@@ -118,6 +126,10 @@ PY
 
 check_guest "$old"
 check_trace "$old"
+if [ "$UPGRADE" = 0 ]; then
+  say "all checks passed (the kernel upgrade inside the image: --upgrade)"
+  exit 0
+fi
 
 say "4. kernel upgrade inside the image: $new"
 g 'ls /var/lib/kthost/kernels/*.deb' | sed 's/^/disk image:       /'
