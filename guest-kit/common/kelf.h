@@ -12,8 +12,9 @@
 int kelf_section_size(const char *path, const char *name, uint64_t *size);
 
 /* Finds the .ko file of module `name` (as /proc/modules spells it: '_' and
- * '-' are equivalent) under /lib/modules/<release> and /lib/kthost-test,
- * bounded in depth and entries. Returns 0 and writes the path, else -1. */
+ * '-' are equivalent) in /lib/kthost-test, then in /lib/modules/<release>:
+ * by its modules.dep where there is one, else by a walk bounded in depth and
+ * entries. Returns 0 and writes the path, else -1. */
 int kelf_find_module_file(const char *release, const char *name, char *out, size_t out_len);
 
 #endif

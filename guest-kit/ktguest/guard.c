@@ -45,7 +45,9 @@ static struct {
   } pending[PENDING_IDS];
   int fd;
   int warned_absent;
-  /* ktguard counters already reported as LOST. */
+  /* ktguard counters already reported as LOST, or counted before this
+   * helper's first reading. */
+  int baseline_taken;
   uint64_t reported_missed, reported_unguarded;
 } G = {.fd = -1};
 
@@ -209,9 +211,18 @@ void ktg_guard_check(void) {
   if (read_totals(&missed, &unguarded) != 0) return;
   g_ctr.guard_missed = missed;
   g_ctr.guard_unguarded = unguarded;
-  /* The first reading is reported whole (everything since ktguard loaded,
-   * frees at boot before any host included): a restarted ktguest may so
-   * report some losses twice, but never hides one. */
+  /* The first reading is the baseline: what ktguard counted before this
+   * ktguest ran (frees at boot, as a distribution's udev loads modules and
+   * frees their init text; earlier helpers' sessions) is no trace's loss, and
+   * every session start sends the totals since load anyway. A host whose
+   * helper restarted mid-trace sees the frees in the gap as the growth of
+   * those totals (EventLog::lost). */
+  if (!G.baseline_taken) {
+    G.baseline_taken = 1;
+    G.reported_missed = missed;
+    G.reported_unguarded = unguarded;
+    return;
+  }
   if (missed > G.reported_missed) queue_lost(KTP_LOST_GUARD_TIMEOUT, 0, missed - G.reported_missed);
   if (unguarded > G.reported_unguarded) queue_lost(KTP_LOST_GUARD_UNGUARDED, 0, unguarded - G.reported_unguarded);
   G.reported_missed = missed;

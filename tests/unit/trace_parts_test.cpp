@@ -116,6 +116,31 @@ TEST(TscOffsetEstimator, ExactIgnoresArrivalsAndHellos) {
   EXPECT_FALSE(TscOffsetEstimator::none().offset());
 }
 
+TEST(LossCounters, GuardTotalsSinceLoadCountOnlyWhatTheTraceMissed) {
+  EventLog log;
+  auto total = [](uint64_t t, uint64_t n) { return event(t, LostEvent{KTP_LOST_GUARD_UNGUARDED, EventLog::kLostTotalSinceLoad, n}); };
+  auto live = [](uint64_t t, uint64_t n) { return event(t, LostEvent{KTP_LOST_GUARD_UNGUARDED, 0, n}); };
+  std::vector<SidebandEvent> events;
+  events.push_back(total(1, 40));  // frees at boot, before this trace
+  log.append(std::move(events));
+  EXPECT_EQ(log.lost(KTP_LOST_GUARD_UNGUARDED), 0u);
+  EXPECT_EQ(log.lost_since_load(KTP_LOST_GUARD_UNGUARDED), 40u);
+  events.push_back(live(2, 3));    // during the trace
+  events.push_back(total(3, 50));  // the helper restarted: 10 more, 3 of them reported live
+  events.push_back(total(4, 50));  // a reconnect with nothing new
+  log.append(std::move(events));
+  EXPECT_EQ(log.lost(KTP_LOST_GUARD_UNGUARDED), 10u);
+  events.push_back(total(5, 2));   // ktguard loaded again: its counters restarted
+  events.push_back(total(6, 6));   // 4 more since, none reported live
+  log.append(std::move(events));
+  EXPECT_EQ(log.lost(KTP_LOST_GUARD_UNGUARDED), 14u);
+  EXPECT_EQ(log.lost_since_load(KTP_LOST_GUARD_UNGUARDED), 50u);
+  TextSaverStats saver;
+  auto l = LossCounters::collect(log, DecoderStats{}, saver, 0);
+  EXPECT_EQ(l.unguarded, 14u);
+  EXPECT_EQ(l.unguarded_since_load, 50u);
+}
+
 TEST(LossCounters, EveryKindFromTheProtocolAndTheHostIsCountedAndNamed) {
   EventLog log(3);  // a cap of 3 events: the rest are dropped, and counted
   std::vector<SidebandEvent> events;

@@ -13,8 +13,11 @@ void EventLog::append(std::vector<SidebandEvent>&& events) {
     ev.index = events_.size();
     ++counts_[event_kind(ev.body)];
     if (const auto* lost = std::get_if<LostEvent>(&ev.body)) {
-      if (lost->record_type == kLostTotalSinceLoad) lost_since_load_[lost->kind] = std::max(lost_since_load_[lost->kind], lost->count);
-      else lost_[lost->kind] += lost->count;
+      if (lost->record_type == kLostTotalSinceLoad) add_total_since_load(lost->kind, lost->count);
+      else {
+        lost_[lost->kind] += lost->count;
+        live_since_total_[lost->kind] += lost->count;
+      }
     }
     if (std::holds_alternative<HeartbeatEvent>(ev.body)) last_heartbeat_ = static_cast<long>(events_.size());
     events_.push_back(std::move(ev));
@@ -44,6 +47,25 @@ std::vector<const SidebandEvent*> EventLog::between(uint64_t t0, uint64_t t1) co
 uint64_t EventLog::lost(uint32_t kind) const {
   auto it = lost_.find(kind);
   return it == lost_.end() ? 0 : it->second;
+}
+
+// A total since ktguard loaded comes at every session start. The first one
+// in this log covers what happened before it (boot, earlier traces): not this
+// log's loss. A later one, after the guest helper reconnected or restarted
+// within this log, may have grown by more than the live LOST frames in
+// between reported: that difference fell between two sessions of this log,
+// and is its loss.
+// (A total below the last one means ktguard was loaded again: its counters
+// restarted, and the next growth is measured from there.)
+void EventLog::add_total_since_load(uint32_t kind, uint64_t total) {
+  auto last = last_total_.find(kind);
+  if (last != last_total_.end() && total > last->second) {
+    uint64_t grown = total - last->second, reported = live_since_total_[kind];
+    if (grown > reported) lost_[kind] += grown - reported;
+  }
+  live_since_total_[kind] = 0;
+  last_total_[kind] = total;
+  lost_since_load_[kind] = std::max(lost_since_load_[kind], total);
 }
 
 uint64_t EventLog::lost_since_load(uint32_t kind) const {

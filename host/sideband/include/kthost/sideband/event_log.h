@@ -26,10 +26,13 @@ class EventLog {
   // Events with guest time in [t0, t1], in log order.
   std::vector<const SidebandEvent*> between(uint64_t t0, uint64_t t1) const;
   // Sum of LostEvent counts of one ktp_lost_kind (1 perf ring, 2 queue, 3 guard timeout, 4 module race).
-  // Losses reported in this log (LOST frames other than totals).
+  // Losses that happened while this log was taken: the live LOST frames, and
+  // for the guard kinds (3, 5) the growth of the guest's totals since ktguard
+  // loaded, between two of this log's sessions, beyond what live frames said.
   uint64_t lost(uint32_t kind) const;
   // Guard kinds (3, 5): the largest total since ktguard loaded that the guest
-  // reported at a session start, or lost(kind) when larger.
+  // reported at a session start, or lost(kind) when larger. Frees before this
+  // log (at boot, say) count here, not in lost().
   uint64_t lost_since_load(uint32_t kind) const;
   static constexpr uint32_t kLostTotalSinceLoad = 0xFFFFFFFFu;  // KTP_LOST_TOTAL_SINCE_LOAD
   // The guest's newest counters, from its last heartbeat (nullptr before any).
@@ -43,6 +46,9 @@ class EventLog {
   std::map<std::string, size_t> counts_;
   std::map<uint32_t, uint64_t> lost_;
   std::map<uint32_t, uint64_t> lost_since_load_;
+  std::map<uint32_t, uint64_t> last_total_;        // the last total since load, per kind
+  std::map<uint32_t, uint64_t> live_since_total_;  // live LOST counts since the last total
+  void add_total_since_load(uint32_t kind, uint64_t total);
   uint64_t dropped_ = 0;
   long last_heartbeat_ = -1;
 };
