@@ -199,11 +199,16 @@ static int read_totals(uint64_t *missed, uint64_t *unguarded) {
   return 0;
 }
 
+/* At a session's start: the totals since load, which are also where this
+ * session's new losses are counted from. */
 void ktg_guard_session_totals(void) {
   uint64_t missed, unguarded;
   if (read_totals(&missed, &unguarded) != 0) return;
   queue_lost(KTP_LOST_GUARD_TIMEOUT, KTP_LOST_TOTAL_SINCE_LOAD, missed);
   queue_lost(KTP_LOST_GUARD_UNGUARDED, KTP_LOST_TOTAL_SINCE_LOAD, unguarded);
+  G.baseline_taken = 1;
+  G.reported_missed = missed;
+  G.reported_unguarded = unguarded;
 }
 
 void ktg_guard_check(void) {
@@ -211,13 +216,13 @@ void ktg_guard_check(void) {
   if (read_totals(&missed, &unguarded) != 0) return;
   g_ctr.guard_missed = missed;
   g_ctr.guard_unguarded = unguarded;
-  /* The first reading is the baseline: what ktguard counted before this
-   * ktguest ran (frees at boot, as a distribution's udev loads modules and
-   * frees their init text; earlier helpers' sessions) is no trace's loss, and
-   * every session start sends the totals since load anyway. A host whose
-   * helper restarted mid-trace sees the frees in the gap as the growth of
-   * those totals (EventLog::lost). */
-  if (!G.baseline_taken) {
+  /* New losses are a session's own: what ktguard counts while no host is
+   * connected (frees at boot, as a distribution's udev loads modules and
+   * frees their init text; the holds a dead host left) only moves the
+   * baseline. Every session start sends the totals since load, and a host
+   * whose helper restarted or reconnected mid-trace sees the frees in the gap
+   * as the growth of those totals (EventLog::lost). */
+  if (!G.baseline_taken || !ktg_port_connected()) {
     G.baseline_taken = 1;
     G.reported_missed = missed;
     G.reported_unguarded = unguarded;
