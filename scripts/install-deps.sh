@@ -9,7 +9,8 @@ PACKAGES="build-essential cmake pkg-config g++ clang-14 libfuzzer-14-dev libclan
   python3 procps coreutils apt-utils
   libvirt-dev libxml2-dev libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-system libvirt-clients
   libxml2-utils librsvg2-bin linux-perf chromium-headless-shell
-  debhelper dh-dkms dkms dpkg-dev lintian mmdebstrap fdisk e2fsprogs"
+  debhelper dh-dkms dkms dpkg-dev lintian mmdebstrap fdisk e2fsprogs
+  linux-source-6.1 bc flex bison libssl-dev dwarves kmod xz-utils llvm-14"
 # libxml2-utils (xmllint) and librsvg2-bin (rsvg-convert): the flame graph SVG
 # test checks the XML and renders it; chromium-headless-shell runs its
 # script (zoom, search) in a real browser (tests/tools/check-flame-browser.py).
@@ -23,6 +24,10 @@ PACKAGES="build-essential cmake pkg-config g++ clang-14 libfuzzer-14-dev libclan
 # debhelper, dh-dkms, dkms, dpkg-dev, lintian: the guest kit's Debian packages
 # (guest-kit/debian/build-debs.sh); mmdebstrap, fdisk (sfdisk), e2fsprogs
 # (mke2fs -d): the systemd disk image (vm-images/build-disk-image.sh).
+# linux-source-6.1, bc, flex, bison, libssl-dev, dwarves (pahole, for BTF),
+# kmod, xz-utils: a real kernel build tree for the build-tree test
+# (vm-images/build-kernel-tree.sh); llvm-14 (llvm-addr2line) checks the
+# source lines of `kthost report --vmlinux` on it.
 missing=""
 for p in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

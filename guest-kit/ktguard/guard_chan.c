@@ -15,6 +15,7 @@
 #include <linux/module.h>
 #include <linux/poll.h>
 #include <linux/preempt.h>
+#include <linux/rcupdate.h>
 #include <linux/sched/clock.h>
 #include <linux/sched/stat.h>
 #include <linux/slab.h>
@@ -267,6 +268,23 @@ static int ktg_wait(struct ktg_slot *slot, enum ktg_hold_method method)
 	return READ_ONCE(slot->outcome);
 }
 
+/* Whether a hold that would sleep must spin instead. Interrupt context and
+ * disabled interrupts are always visible. A held spinlock or a
+ * preempt_disable() is visible only with CONFIG_PREEMPT_COUNT: without it
+ * (PREEMPT_NONE kernels, as a small CI config has) preempt_count() does not
+ * count them and preemptible() is always 0, which must not turn every hold
+ * into a busy wait: on a single CPU that wait keeps ktguest, the relay it
+ * waits for, from ever running, and every hold times out. The hooked paths
+ * take mutexes or vfree, so they may sleep by construction. */
+static bool ktg_atomic_context(void)
+{
+	if (in_interrupt() || irqs_disabled())
+		return true;
+	if (IS_ENABLED(CONFIG_PREEMPT_COUNT))
+		return in_atomic() || rcu_preempt_depth() > 0;
+	return false;
+}
+
 void ktg_guard(unsigned long start, unsigned long end, u32 kind, enum ktg_hold_method method)
 {
 	struct ktg_slot *slot;
@@ -275,7 +293,7 @@ void ktg_guard(unsigned long start, unsigned long end, u32 kind, enum ktg_hold_m
 
 	if (end <= start)
 		return;
-	if (method == KTG_HOLD_SLEEP && (!preemptible() || in_atomic() || irqs_disabled()))
+	if (method == KTG_HOLD_SLEEP && ktg_atomic_context())
 		method = KTG_HOLD_SPIN;
 	t0 = local_clock();
 	slot = ktg_queue(start, end, kind, method);

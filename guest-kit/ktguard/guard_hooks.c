@@ -336,6 +336,30 @@ static bool ktg_force_kprobe;
 module_param_named(force_kprobe, ktg_force_kprobe, bool, 0444);
 MODULE_PARM_DESC(force_kprobe, "attach every hook with a kprobe (spinning holds), for tests");
 
+/* Tests of a kernel that lacks a hooked function: the functions named here
+ * (comma-separated) are left unhooked, as if the kernel had no such symbol.
+ * The hooks parameter then shows them as "none", and the host copies what
+ * they free best effort. */
+static char *ktg_skip_hooks;
+module_param_named(skip_hooks, ktg_skip_hooks, charp, 0444);
+MODULE_PARM_DESC(skip_hooks, "comma-separated hooked functions to leave unhooked, as on a kernel without them (tests)");
+
+static bool ktg_skipped(const char *symbol)
+{
+	size_t len = strlen(symbol);
+	const char *p = ktg_skip_hooks;
+
+	while (p && *p) {
+		const char *comma = strchr(p, ',');
+		size_t n = comma ? (size_t)(comma - p) : strlen(p);
+
+		if (n == len && !strncmp(p, symbol, len))
+			return true;
+		p = comma ? comma + 1 : NULL;
+	}
+	return false;
+}
+
 int ktg_hooks_init(void)
 {
 	int i, ret, any_ftrace = 0;
@@ -343,6 +367,10 @@ int ktg_hooks_init(void)
 	for (i = 0; i < HOOK_COUNT; i++) {
 		struct ktg_hook *h = &ktg_hooks[i];
 
+		if (ktg_skipped(h->symbol)) {
+			pr_warn("ktguard: %s left unhooked (skip_hooks); that path is not guarded\n", h->symbol);
+			continue;
+		}
 		h->addr = ktg_symbol_address(h->symbol);
 		if (!h->addr) {
 			pr_warn("ktguard: %s not found; that path is not guarded\n", h->symbol);

@@ -26,6 +26,7 @@
 #include "ktguest.h"
 
 #define STATS_PATH "/sys/module/ktguard/parameters/stats"
+#define HOOKS_PATH "/sys/module/ktguard/parameters/hooks"
 
 /* Where a hold's time goes, as ktguest sees it (both in microseconds, over
  * the last TIMING_SAMPLES holds): wake = the notice's kernel time to ktguest
@@ -87,6 +88,28 @@ static void send_state(uint32_t state, const char *reason) {
   ktg_enqueue(KTG_LANE_URGENT, ktp_encode_guard_state(ktg_scratch(), KTP_MAX_FRAME, 0, &m));
 }
 
+/* Tells the host how ktguard attached each path that frees text
+ * (GUARD_HOOKS): a path it could not hook is not held, and the host copies
+ * what it frees best effort. An unreadable parameter is sent as empty, which
+ * the host reads as "nothing known held". */
+static void send_hooks(void) {
+  char text[KTP_MAX_STRING + 1];
+  long n = ktg_read_file(HOOKS_PATH, text, sizeof text);
+  if (n < 0) {
+    ktg_log("read %s: %s; the host treats every hooked path as unheld", HOOKS_PATH, strerror(errno));
+    n = 0;
+  }
+  for (long at = 0; at < n;) {
+    const char *line = text + at, *nl = memchr(line, '\n', (size_t)(n - at));
+    int len = (int)(nl ? nl - line : n - at);
+    if (len > 5 && memcmp(line + len - 5, " none", 5) == 0)
+      ktg_log("ktguard could not hook %.*s: what it frees is copied best effort", len - 5, line);
+    at += len + 1;
+  }
+  struct ktp_guard_hooks m = {ktg_perf_now(), {text, (uint16_t)n}};
+  ktg_enqueue(KTG_LANE_URGENT, ktp_encode_guard_hooks(ktg_scratch(), KTP_MAX_FRAME, 0, &m));
+}
+
 void ktg_guard_start(void) {
   if (G.fd >= 0) return;
   G.fd = open(KTGUARD_DEVICE, O_RDWR | O_NONBLOCK | O_CLOEXEC);
@@ -100,6 +123,7 @@ void ktg_guard_start(void) {
     return;
   }
   send_state(KTP_GUARD_ON, "");
+  send_hooks();
   G.warned_absent = 0;
   G.wake.n = G.relay.n = 0; /* timings describe this session's host */
   /* A freeing context now waits on this process: run it ahead of ordinary

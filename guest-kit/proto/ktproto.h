@@ -90,8 +90,8 @@ enum ktp_guard_mode {
   KTP_GUARD_ABSENT = 2, /* the host asked for it, but ktguard cannot be opened (not loaded, no such kernel) */
   KTP_GUARD_OFF = 3     /* it was on and stopped (device error, host gone) */
 };
-/* proto_minor 1: GUARD_STATE exists. */
-#define KTP_PROTO_MINOR 1u
+/* proto_minor 1: GUARD_STATE exists. 2: GUARD_HOOKS exists. */
+#define KTP_PROTO_MINOR 2u
 
 /* GUARD_ACK status. */
 enum ktp_hold_status { KTP_HOLD_SAVED = 0, KTP_HOLD_NOT_SAVED = 1 };

@@ -149,10 +149,14 @@
   F(U32, state, _)  /* enum ktp_guard_mode */               \
   F(STR, reason, _) /* why, for ABSENT and OFF ("" for ON) */
 
+#define KTP_PAYLOAD_guard_hooks(F)                                                    \
+  F(U64, time, _)                                                                     \
+  F(STR, hooks, _) /* ktguard's hooks parameter: "<kernel function> <how>" per line */
+
 #define KTP_PAYLOADS(P)                                                                             \
   P(hello) P(hello_ack) P(state_begin) P(state_symbols) P(module) P(bpf_prog) P(cpus) P(state_end) \
   P(ksymbol) P(bpf_event) P(text_poke) P(lost) P(guard_notice) P(guard_ack) P(heartbeat)           \
-  P(clock_change) P(error) P(guard_state)
+  P(clock_change) P(error) P(guard_state) P(guard_hooks)
 
 /* ---- messages ----
  * M(NAME, type number, function name, payload, sender). Sender: GUEST, HOST or
@@ -178,6 +182,7 @@
   M(CLOCK, 18, clock, clock_change, GUEST)                         \
   M(ERROR, 19, error, error, EITHER)                               \
   M(HOST_HELLO, 20, host_hello, hello_ack, HOST)                   \
-  M(GUARD_STATE, 21, guard_state, guard_state, GUEST) /* minor 1 */
+  M(GUARD_STATE, 21, guard_state, guard_state, GUEST) /* minor 1 */ \
+  M(GUARD_HOOKS, 22, guard_hooks, guard_hooks, GUEST) /* minor 2 */
 
 #endif

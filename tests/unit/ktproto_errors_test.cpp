@@ -74,6 +74,7 @@ std::vector<Case> every_type() {
   static ktp_clock_change clock;
   static ktp_error err;
   static ktp_guard_state gstate;
+  static ktp_guard_hooks ghooks;
 
   std::vector<Case> cases;
   auto add = [&](std::function<long(uint8_t*, size_t)> enc, std::function<int(const ktp_frame*)> parse) {
@@ -139,6 +140,9 @@ std::vector<Case> every_type() {
   const ktp_guard_state in_gstate{1, KTP_GUARD_ABSENT, name};
   add([&](uint8_t* p, size_t c) { return ktp_encode_guard_state(p, c, 0, &in_gstate); },
       [](auto f) { return ktp_parse_guard_state(f, &gstate); });
+  const ktp_guard_hooks in_ghooks{2, name};
+  add([&](uint8_t* p, size_t c) { return ktp_encode_guard_hooks(p, c, 0, &in_ghooks); },
+      [](auto f) { return ktp_parse_guard_hooks(f, &ghooks); });
   return cases;
 }
 

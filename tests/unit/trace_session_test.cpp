@@ -235,6 +235,69 @@ TEST_F(TraceSessionTest, AGuestWithoutItsGuardGetsBestEffortCopiesAndSaysWhy) {
   EXPECT_EQ(unregistered, 1u);
 }
 
+// A kernel where ktguard could not hook bpf_prog_pack_free (GUARD_HOOKS says
+// "none"): the guard is on, but BPF images are freed unheld, so the session
+// copies BPF unloads best effort, while module unloads (held by the module
+// notifier) still get no unregister copy. The summary names the path.
+TEST_F(TraceSessionTest, APathTheGuardCannotHookIsCopiedBestEffortAndNamed) {
+  auto session = open();
+  ASSERT_TRUE(session);
+  helper_->hello_and_state_dump();
+  ASSERT_TRUE(session->wait_ready(5s));
+  ktp_guard_state on{25, KTP_GUARD_ON, {"", 0}};
+  helper_->send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_guard_state(b, c, s, &on); });
+  const std::string hooks =
+      "bpf_prog_pack_free none\nbpf_dispatcher_change_prog ftrace\nmodule_memfree ftrace\n"
+      "__free_insn_slot ftrace\nmodule_notifier notifier\n";
+  ktp_guard_hooks hk{26, {hooks.data(), static_cast<uint16_t>(hooks.size())}};
+  helper_->send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_guard_hooks(b, c, s, &hk); });
+  ktp_ksymbol reg{30, 0, kBase + 256, 128, 1, 0, {"bpf_prog_x", 10}};
+  helper_->send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_ksymbol(b, c, s, &reg); });
+  ktp_ksymbol unreg{31, 0, kBase + 256, 128, 1, 1, {"bpf_prog_x", 10}};
+  helper_->send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_ksymbol(b, c, s, &unreg); });
+  // An out-of-line ksymbol (freed through module_memfree, which is hooked):
+  // held, so no unregister copy.
+  ktp_ksymbol ool_reg{32, 0, kBase + 512, 64, 2, 0, {"ftrace_tramp", 12}};
+  helper_->send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_ksymbol(b, c, s, &ool_reg); });
+  ktp_ksymbol ool_unreg{33, 0, kBase + 512, 64, 2, 1, {"ftrace_tramp", 12}};
+  helper_->send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_ksymbol(b, c, s, &ool_unreg); });
+  for (int i = 0; i < 10; ++i) session->step(50ms);
+  auto sum = session->finish("test done");
+  ASSERT_TRUE(sum) << sum.error().message;
+  EXPECT_EQ(sum->guest_guard, "on");
+  ASSERT_EQ(sum->guard_unheld.size(), 1u) << nlohmann::json(sum->guard_unheld).dump();
+  EXPECT_EQ(sum->guard_unheld[0].rfind("bpf_prog_pack_free (", 0), 0u) << sum->guard_unheld[0];
+  EXPECT_NE(sum->one_line().find("unheld by the guest's guard"), std::string::npos) << sum->one_line();
+  EXPECT_EQ(sum->to_json()["guard_unheld"].size(), 1u);
+  EXPECT_EQ(sum->saver.unloads_seen, 2u);
+  EXPECT_EQ(sum->saver.unregister_copies, 1u) << "only the unheld BPF unload is copied";
+  auto bundle = read_bundle((dir_ / "bundle").string());
+  ASSERT_TRUE(bundle) << bundle.error().message;
+  size_t unregistered = 0;
+  for (const auto& r : bundle->text.records)
+    if (r.source == TextSource::Unregister) {
+      ++unregistered;
+      EXPECT_EQ(r.start, kBase + 256);
+      EXPECT_EQ(r.kind, KTHOST_TEXT_KSYMBOL_BPF);
+    }
+  EXPECT_EQ(unregistered, 1u);
+}
+
+// GUARD_HOOKS text is the guest's: lines that are not "<function> <how>"
+// are counted and skipped, and a path the guest omits counts as unheld.
+TEST(GuardHooks, ParsesLinesAndCountsMalformedOnes) {
+  auto g = parse_guard_hooks("bpf_prog_pack_free ftrace\nmodule_notifier notifier\n\nbad line here\n1abc none\n"
+                             "x NONE\nno_how\n__free_insn_slot none");
+  ASSERT_EQ(g.hooks.size(), 3u);
+  EXPECT_EQ(g.hooks[0].function, "bpf_prog_pack_free");
+  EXPECT_TRUE(g.hooks[0].held());
+  EXPECT_TRUE(g.hooks[1].held());
+  EXPECT_EQ(g.hooks[2].function, "__free_insn_slot");
+  EXPECT_FALSE(g.hooks[2].held());
+  EXPECT_EQ(g.malformed, 4u);
+  EXPECT_TRUE(parse_guard_hooks("").hooks.empty());
+}
+
 // A guest that reports losses and then goes away: the session ends by
 // itself, says why, and the summary carries the loss.
 TEST_F(TraceSessionTest, LossesAreCountedAndAClosedChannelEndsTheSession) {

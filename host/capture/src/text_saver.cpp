@@ -21,7 +21,53 @@ bool all_int3(const std::vector<uint8_t>& b) {
   return !b.empty() && std::all_of(b.begin(), b.end(), [](uint8_t x) { return x == 0xCC; });
 }
 
+// The unload events whose text each of ktguard's hooked paths frees
+// (guest-kit/ktguard/guard_hooks.c), as bits.
+constexpr uint32_t kBpf = 1, kOol = 2, kModule = 4, kAll = kBpf | kOol | kModule;
+uint32_t kind_bit(uint16_t kind) {
+  switch (kind) {
+    case KTHOST_TEXT_KSYMBOL_BPF: return kBpf;
+    case KTHOST_TEXT_KSYMBOL_OOL: return kOol;
+    case KTHOST_TEXT_MODULE: return kModule;
+  }
+  return kAll;
+}
+struct FreeingPath {
+  const char* function;
+  uint32_t frees;
+  const char* what;
+};
+constexpr FreeingPath kFreeingPaths[] = {
+    {"bpf_prog_pack_free", kBpf, "BPF JIT images"},
+    {"bpf_dispatcher_change_prog", kBpf, "BPF dispatcher images"},
+    {"module_memfree", kBpf | kOol, "BPF trampolines, large JIT images, ftrace trampolines"},
+    {"__free_insn_slot", kOol, "kprobe instruction slots"},
+    {"module_notifier", kModule, "module text"},
+};
+
 }  // namespace
+
+std::vector<std::string> TextSaver::set_guard_hooks(const std::vector<GuardHook>& hooks) {
+  std::vector<std::string> unheld;
+  unheld_ = 0;
+  for (const auto& path : kFreeingPaths) {
+    auto it = std::find_if(hooks.begin(), hooks.end(), [&](const GuardHook& h) { return h.function == path.function; });
+    if (it != hooks.end() && it->held()) continue;
+    unheld_ |= path.frees;
+    unheld.push_back(std::string(path.function) + " (" + path.what + "): " + (it == hooks.end() ? "not reported" : it->how));
+  }
+  for (const auto& h : hooks) {  // a path this host does not know, unhooked: assume the worst
+    bool known = std::any_of(std::begin(kFreeingPaths), std::end(kFreeingPaths),
+                             [&](const FreeingPath& p) { return h.function == p.function; });
+    if (!known && !h.held()) {
+      unheld_ = kAll;
+      unheld.push_back(h.function + " (unknown to this kthost): " + h.how);
+    }
+  }
+  return unheld;
+}
+
+bool TextSaver::held(uint16_t kind) const { return guard_ && !(unheld_ & kind_bit(kind)); }
 
 TextSaver::TextSaver(PageWalker& walker, Sink sink, bool guard)
     : walker_(walker), sink_(std::move(sink)), guard_(guard) {}
@@ -112,13 +158,13 @@ void TextSaver::load(const SidebandEvent& ev, uint64_t addr, uint64_t len, uint1
     return;
   }
   stats_.load_copies++;
-  if (!guard_) live_[addr] = Live{len, r.bytes};
+  if (!held(kind)) live_[addr] = Live{len, r.bytes};
   save(std::move(r));
 }
 
 void TextSaver::unload(const SidebandEvent& ev, uint64_t addr, uint64_t len, uint16_t kind, const std::string& name) {
   stats_.unloads_seen++;
-  if (guard_ || len == 0 || len > kMaxCopy) return;
+  if (held(kind) || len == 0 || len > kMaxCopy) return;
   TextRecord r;
   r.time = ev.time;
   r.start = addr;
@@ -137,7 +183,9 @@ void TextSaver::unload(const SidebandEvent& ev, uint64_t addr, uint64_t len, uin
     save(std::move(r));
   }
   live_.erase(addr);
-  if (!why.empty()) {
+  if (why.empty()) {
+    stats_.unloads_unverified++;
+  } else {
     stats_.unloads_lost++;
     if (lost_.size() < kMaxLostNames)
       lost_.push_back(name + " [" + hex(addr) + ", " + hex(addr + len) + "): " + why);

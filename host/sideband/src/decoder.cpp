@@ -227,6 +227,11 @@ void SidebandDecoder::on_message(const ktp_message& msg, SidebandEvent ev, uint6
     case KTP_GUARD_STATE:
       emit(msg.u.guard_state.time, GuardStateEvent{msg.u.guard_state.state, to_string(msg.u.guard_state.reason)});
       return;
+    case KTP_GUARD_HOOKS:
+      // Raw: the text is lines, which to_string would flatten; the parser checks every line.
+      emit(msg.u.guard_hooks.time,
+           parse_guard_hooks(std::string_view(msg.u.guard_hooks.hooks.data, msg.u.guard_hooks.hooks.len)));
+      return;
     case KTP_HELLO_ACK:
     case KTP_GUARD_ACK:
     case KTP_HOST_HELLO:

@@ -1,5 +1,6 @@
 #include "kthost/sideband/events.h"
 
+#include <cctype>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -21,6 +22,40 @@ std::optional<uint64_t> GuestClock::to_tsc(uint64_t perf_time) const {
 }
 
 namespace {
+bool is_identifier(std::string_view s) {
+  if (s.empty() || s.size() > 128) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.')) return false;
+  return !std::isdigit(static_cast<unsigned char>(s[0]));
+}
+bool is_lower_word(std::string_view s) {
+  if (s.empty() || s.size() > 16) return false;
+  for (char c : s)
+    if (c < 'a' || c > 'z') return false;
+  return true;
+}
+}  // namespace
+
+GuardHooksEvent parse_guard_hooks(std::string_view text) {
+  GuardHooksEvent out;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    if (line.empty()) continue;
+    size_t space = line.find(' ');
+    std::string_view function = line.substr(0, space);
+    std::string_view how = space == std::string_view::npos ? std::string_view{} : line.substr(space + 1);
+    if (!is_identifier(function) || !is_lower_word(how) || out.hooks.size() >= 64) {
+      ++out.malformed;
+      continue;
+    }
+    out.hooks.push_back(GuardHook{std::string(function), std::string(how)});
+  }
+  return out;
+}
+
+namespace {
 struct KindVisitor {
   const char* operator()(const HelloEvent&) const { return "hello"; }
   const char* operator()(const KsymbolEvent&) const { return "ksymbol"; }
@@ -34,6 +69,7 @@ struct KindVisitor {
   const char* operator()(const StateDumpEvent&) const { return "state_dump"; }
   const char* operator()(const ErrorEvent&) const { return "error"; }
   const char* operator()(const GuardStateEvent&) const { return "guard_state"; }
+  const char* operator()(const GuardHooksEvent&) const { return "guard_hooks"; }
 };
 
 const char* guard_state_name(uint32_t state) {
@@ -106,6 +142,12 @@ std::string describe(const SidebandEvent& ev) {
                  " cpus=" + std::to_string(b.cpus);
         else if constexpr (std::is_same_v<T, GuardStateEvent>)
           return head + " " + guard_state_name(b.state) + (b.reason.empty() ? "" : ": " + b.reason);
+        else if constexpr (std::is_same_v<T, GuardHooksEvent>) {
+          std::string out = head;
+          for (const auto& h : b.hooks) out += " " + h.function + "=" + h.how;
+          if (b.malformed) out += " malformed=" + std::to_string(b.malformed);
+          return out;
+        }
         else
           return head + " " + b.message;
       },
@@ -176,6 +218,10 @@ std::string to_json(const SidebandEvent& ev) {
         } else if constexpr (std::is_same_v<T, GuardStateEvent>) {
           j["state"] = guard_state_name(b.state);
           if (!b.reason.empty()) j["reason"] = b.reason;
+        } else if constexpr (std::is_same_v<T, GuardHooksEvent>) {
+          j["hooks"] = nlohmann::json::object();
+          for (const auto& h : b.hooks) j["hooks"][h.function] = h.how;
+          if (b.malformed) j["malformed"] = b.malformed;
         } else {
           j["message"] = b.message;
         }

@@ -16,6 +16,7 @@ LossCounters LossCounters::collect(const EventLog& log, const DecoderStats& deco
   l.guard_timeout_since_load = log.lost_since_load(KTP_LOST_GUARD_TIMEOUT);
   l.unguarded_since_load = log.lost_since_load(KTP_LOST_GUARD_UNGUARDED);
   l.unloads_lost = saver.unloads_lost;
+  l.unloads_unverified = saver.unloads_unverified;
   l.holds_failed = saver.guard_failed;
   l.acks_failed = acks_failed;
   l.events_dropped = log.dropped();
@@ -25,7 +26,7 @@ LossCounters LossCounters::collect(const EventLog& log, const DecoderStats& deco
 }
 
 uint64_t LossCounters::total() const {
-  return perf_ring + queue + guard_timeout + module_race + unguarded + unloads_lost + holds_failed + acks_failed +
+  return perf_ring + queue + guard_timeout + module_race + unguarded + unloads_lost + unloads_unverified + holds_failed + acks_failed +
          events_dropped + sideband_errors + frames_missing + pt_unconfirmed;
 }
 
@@ -39,6 +40,7 @@ nlohmann::json LossCounters::to_json() const {
           {"guard_missed_since_load", guard_timeout_since_load},
           {"unguarded_since_load", unguarded_since_load},
           {"unloads_lost", unloads_lost},
+          {"unloads_unverified", unloads_unverified},
           {"holds_failed", holds_failed},
           {"acks_failed", acks_failed},
           {"events_dropped", events_dropped},
@@ -55,6 +57,7 @@ void LossCounters::to_bundle(BundleWriter& bundle) const {
   bundle.set_loss("module_race", module_race);
   bundle.set_loss("unguarded", unguarded);
   bundle.set_loss("unloads_lost", unloads_lost);
+  bundle.set_loss("unloads_unverified", unloads_unverified);
   bundle.set_loss("guard_failed", holds_failed);
   bundle.set_loss("acks_failed", acks_failed);
   bundle.set_loss("events_dropped", events_dropped);
@@ -75,6 +78,7 @@ std::string LossCounters::describe() const {
   add(module_race, "module races");
   add(unguarded, "unguarded frees");
   add(unloads_lost, "unloads' text");
+  add(unloads_unverified, "unloads copied unverified");
   add(holds_failed, "holds unsaved");
   add(acks_failed, "acks unsent");
   add(events_dropped, "events past the log's cap");

@@ -88,6 +88,7 @@ struct TraceSession::State {
   uint64_t text_records = 0, text_bytes = 0;
   bool have_symbols = false;
   std::string guest_guard = "unknown";
+  std::vector<std::string> guard_unheld;  // GUARD_HOOKS: paths ktguard could not hook
   Clock::time_point start, last_flush;
   std::string end_reason;
   bool ended = false, failed = false;
@@ -121,6 +122,7 @@ struct TraceSession::State {
   }
   void handle_batches(std::vector<SidebandBatch> batches);
   void on_guard_state(const GuardStateEvent& g);
+  void on_guard_hooks(const GuardHooksEvent& g);
   void handle(const SidebandEvent& ev, uint64_t received_tsc);
   void store_pending_texts();
   void once_a_second();
@@ -137,6 +139,7 @@ void TraceSession::State::handle_batches(std::vector<SidebandBatch> batches) {
 
 void TraceSession::State::handle(const SidebandEvent& ev, uint64_t received_tsc) {
   if (const auto* g = std::get_if<GuardStateEvent>(&ev.body)) on_guard_state(*g);
+  if (const auto* g = std::get_if<GuardHooksEvent>(&ev.body)) on_guard_hooks(*g);
   if (!std::holds_alternative<GuardNoticeEvent>(ev.body)) {  // holds were answered on the reader thread
     std::lock_guard<std::mutex> lock(saver_mu);
     saver->on_event(ev);
@@ -165,6 +168,23 @@ void TraceSession::State::on_guard_state(const GuardStateEvent& g) {
     saver->set_guard(on);
   }
   if (!on) notice("the guest's guard is " + now + ": unloaded text is copied best effort, and what is gone is counted");
+}
+
+// ktguard says how it attached each freeing path. One it could not hook (a
+// kernel without that function) frees its text unheld: those unloads are
+// copied best effort, and what is gone is counted.
+void TraceSession::State::on_guard_hooks(const GuardHooksEvent& g) {
+  if (!options.guard) return;
+  std::vector<std::string> unheld;
+  {
+    std::lock_guard<std::mutex> lock(saver_mu);
+    unheld = saver->set_guard_hooks(g.hooks);
+  }
+  if (g.malformed) notice("the guest's guard hook list had " + std::to_string(g.malformed) + " malformed line(s)");
+  if (unheld == guard_unheld) return;
+  guard_unheld = unheld;
+  for (const auto& path : unheld)
+    notice("the guest's guard does not hold " + path + ": that text is copied best effort at unload, and what is gone is counted");
 }
 
 void TraceSession::State::store_pending_texts() {
@@ -336,6 +356,7 @@ Result<TraceSummary> TraceSession::finish(const std::string& reason) {
   sum.end_reason = s.end_reason;
   sum.guard = s.options.guard;
   sum.guest_guard = s.guest_guard;
+  sum.guard_unheld = s.guard_unheld;
   sum.events = s.log.size();
   sum.text_pokes = s.log.count("text_poke");
   sum.ksymbols = s.log.count("ksymbol");

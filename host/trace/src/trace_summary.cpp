@@ -12,6 +12,7 @@ nlohmann::json TraceSummary::to_json() const {
       {"end", end_reason},
       {"guard", guard},
       {"guest_guard", guest_guard},
+      {"guard_unheld", guard_unheld},
       {"events", events},
       {"text_pokes", text_pokes},
       {"ksymbols", ksymbols},
@@ -47,6 +48,8 @@ std::string TraceSummary::one_line() const {
   std::string guard_note;
   if (guard && guest_guard != "on" && guest_guard != "unknown")
     guard_note = "; guest guard " + guest_guard + " (unloads copied best effort)";
+  else if (guard && !guard_unheld.empty())
+    guard_note = "; " + std::to_string(guard_unheld.size()) + " freeing path(s) unheld by the guest's guard (copied best effort)";
   return std::string(head) + guard_note + "; PT " + pt_source + " " + human_bytes(pt_bytes) + "; " + losses.describe() + " (" +
          end_reason + ")";
 }

@@ -7,10 +7,13 @@
 //   ksymbol register,   new BPF/out-of-line text or a new module: read at
 //   module load         once (source Load), so text that is loaded and freed
 //                       inside a trace can be decoded.
-//   ksymbol unregister, without the guard only (best effort): read again
-//   module unload       (source Unregister). By then the guest may already
+//   ksymbol unregister, without the guard, or for text whose freeing path
+//   module unload       ktguard could not hook (best effort): read again
+//                       (source Unregister). By then the guest may already
 //                       have freed or overwritten it; such unloads are
-//                       counted as lost.
+//                       counted as lost, and the rest as unverified (no
+//                       copy taken after the fact can prove it predates
+//                       the free).
 //
 // No vCPU is stopped for a copy: the freeing context is held by ktguard, and
 // no other context may write text that is being freed (the kernel frees it
@@ -51,6 +54,11 @@ struct TextSaverStats {
   uint64_t unregister_copies = 0;
   uint64_t unloads_seen = 0;   // BPF/OOL unregisters and module unloads
   uint64_t unloads_lost = 0;   // best effort: text unreadable, int3-filled or changed when read
+  // Best effort: copied, and equal to the load copy, but nothing proves either
+  // copy was read before the guest freed the text (the events reach the host
+  // after the fact; a short-lived program's slot may already hold int3 or the
+  // next program). Counted with the losses: kthost cannot vouch for them.
+  uint64_t unloads_unverified = 0;
   uint64_t bytes_saved = 0;
   uint64_t store_errors = 0;
 };
@@ -75,6 +83,14 @@ class TextSaver {
   // loads keep a copy and unloads are copied best effort, losses counted.
   void set_guard(bool guard) { guard_ = guard; }
   bool guard() const { return guard_; }
+  // How ktguard attached each freeing path (GUARD_HOOKS). With the guard on,
+  // the unloads a path it could not hook frees (a kernel without that
+  // function) are still copied best effort, and losses counted. Returns the
+  // paths that are not held, each as "function (what it frees)".
+  std::vector<std::string> set_guard_hooks(const std::vector<GuardHook>& hooks);
+  // Whether ktguard holds frees of the text an event of this kind
+  // (KTHOST_TEXT_KSYMBOL_BPF, _OOL, KTHOST_TEXT_MODULE) describes.
+  bool held(uint16_t kind) const;
 
   // Saves a GUARD_NOTICE's range; returns the hold (status for the ack).
   HoldRecord on_guard_notice(const SidebandEvent& ev, const GuardNoticeEvent& notice);
@@ -99,6 +115,7 @@ class TextSaver {
   Sink sink_;
   WordWriter word_writer_;
   bool guard_;
+  uint32_t unheld_ = 0;  // bits of unload kinds whose freeing path ktguard could not hook
   TextSaverStats stats_;
   std::vector<std::string> lost_;
   // The load copy of each live range, by start address: what an unload is

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -76,9 +77,24 @@ struct GuardStateEvent {  // whether the guest's frees of kernel text are held
   std::string reason;
 };
 
+// How ktguard attached one kernel path that frees text (GUARD_HOOKS).
+struct GuardHook {
+  std::string function;  // the kernel function hooked, e.g. bpf_prog_pack_free
+  std::string how;       // ftrace, kprobe, notifier or none
+  bool held() const { return how == "ftrace" || how == "kprobe" || how == "notifier"; }
+};
+struct GuardHooksEvent {
+  std::vector<GuardHook> hooks;
+  size_t malformed = 0;  // lines that were not "<function> <how>"
+};
+// Parses ktguard's hooks text as GUARD_HOOKS carries it (untrusted: at most
+// KTP_MAX_STRING bytes; a line that is not "<function> <how>" with a C
+// identifier and a lower-case word is counted as malformed and skipped).
+GuardHooksEvent parse_guard_hooks(std::string_view text);
+
 using EventBody = std::variant<HelloEvent, KsymbolEvent, BpfEvent, TextPokeEvent, ModuleEvent, LostEvent,
                                GuardNoticeEvent, HeartbeatEvent, ClockEvent, StateDumpEvent, ErrorEvent,
-                               GuardStateEvent>;
+                               GuardStateEvent, GuardHooksEvent>;
 
 struct SidebandEvent {
   uint64_t index = 0;  // position in the host's log

@@ -26,6 +26,7 @@ struct LossCounters {
   uint64_t guard_timeout_since_load = 0, unguarded_since_load = 0;
   // Found by the host.
   uint64_t unloads_lost = 0;     // best effort: unloads whose text was gone when read
+  uint64_t unloads_unverified = 0;  // best effort: copied, but not provably before the free
   uint64_t holds_failed = 0;     // holds whose range could not be read from guest RAM
   uint64_t acks_failed = 0;      // channel acks that could not be sent
   uint64_t events_dropped = 0;   // events past the event log's cap

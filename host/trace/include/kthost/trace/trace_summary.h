@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "kthost/trace/guard_responder.h"
 #include "kthost/trace/loss_counters.h"
@@ -18,6 +19,9 @@ struct TraceSummary {
   // What the guest said of its guard (GUARD_STATE): "on", "absent: WHY",
   // "off: WHY"; "unknown" when it said nothing (a helper older than minor 1).
   std::string guest_guard = "unknown";
+  // The freeing paths ktguard could not hook (GUARD_HOOKS), each as
+  // "function (what it frees): how": their unloads were copied best effort.
+  std::vector<std::string> guard_unheld;
   uint64_t events = 0, text_pokes = 0, ksymbols = 0, module_loads = 0, module_unloads = 0;
   HoldTotals holds;
   TextSaverStats saver;
