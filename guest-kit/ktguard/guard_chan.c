@@ -52,13 +52,17 @@ static void ktg_wake_all_holders(void);
 static DECLARE_WAIT_QUEUE_HEAD(ktg_slot_wq);   /* sleeping frees waiting for a free slot */
 static atomic_t ktg_slots_used = ATOMIC_INIT(0);
 
-/* The ack words: one u64 per slot in a page of the linear map, so each has a
- * guest-physical address to put in the notice. A host that reads guest RAM
- * can also write it: storing the notice's id there ends the hold without the
- * round trip back through QEMU, the guest's interrupt, ktguest and write().
- * The ack still comes through the reader as well (it wakes a sleeping
- * holder, and is the only path for a host that cannot write). */
+/* The shared block (ktguard_uapi.h): the ack words, one u64 per slot in the
+ * linear map, so each has a guest-physical address to put in the notice, and
+ * a mirror of each slot's notice. A host that reads guest RAM can also write
+ * it: storing the notice's id in its word ends the hold without the round
+ * trip back through QEMU, the guest's interrupt, ktguest and write(); and a
+ * host that polls the mirror needs no trip through ktguest at all. The ack
+ * still comes through the reader as well (it wakes a sleeping holder, and is
+ * the only path for a host that cannot write). */
+static void *ktg_shared;
 static u64 *ktg_ack_words;
+static struct ktguard_notice *ktg_mirror;
 /* Set once a hold saw its ack word stored this session (cleared when the
  * reader opens): only then do sleeping holds poll before they sleep. */
 static bool ktg_words_live;
@@ -66,6 +70,31 @@ static bool ktg_words_live;
 static u64 *ktg_slot_word(struct ktg_slot *slot)
 {
 	return ktg_ack_words ? &ktg_ack_words[slot - ktg_slots] : NULL;
+}
+
+/* Publishes a slot's notice (or its end, id 0) in the mirror. Under ktg_lock. */
+static void ktg_mirror_set(struct ktg_slot *slot, bool waiting)
+{
+	struct ktguard_shared_header *h = ktg_shared;
+	struct ktguard_notice *m;
+
+	if (!ktg_mirror)
+		return;
+	m = &ktg_mirror[slot - ktg_slots];
+	WRITE_ONCE(m->id, 0);
+	if (waiting) {
+		smp_wmb();
+		m->start = slot->notice.start;
+		m->end = slot->notice.end;
+		m->kind = slot->notice.kind;
+		m->cpu = slot->notice.cpu;
+		m->time_ns = slot->notice.time_ns;
+		m->ack_addr = slot->notice.ack_addr;
+		smp_wmb();
+		WRITE_ONCE(m->id, slot->notice.id);
+	}
+	smp_wmb();
+	WRITE_ONCE(h->seq, h->seq + 1);
 }
 
 /* True when the host stored this hold's id in its ack word; the first to see
@@ -166,6 +195,7 @@ static struct ktg_slot *ktg_try_queue(unsigned long start, unsigned long end, u3
 		WRITE_ONCE(*ktg_slot_word(slot), 0);
 		slot->notice.ack_addr = virt_to_phys(ktg_slot_word(slot));
 	}
+	ktg_mirror_set(slot, true);
 	spin_unlock_irqrestore(&ktg_lock, flags);
 	atomic64_inc(&ktg_stats.notices);
 	wake_up_interruptible(&ktg_reader_wq);
@@ -177,9 +207,12 @@ static void ktg_release(struct ktg_slot *slot)
 	unsigned long flags;
 
 	spin_lock_irqsave(&ktg_lock, flags);
-	if (slot->state == SLOT_QUEUED)
+	if (slot->state == SLOT_QUEUED) {
 		WRITE_ONCE(ktg_queued, ktg_queued - 1);
+		atomic64_inc(&ktg_stats.unread);
+	}
 	slot->state = SLOT_FREE;
+	ktg_mirror_set(slot, false);
 	atomic_dec(&ktg_slots_used);
 	spin_unlock_irqrestore(&ktg_lock, flags);
 	wake_up(&ktg_slot_wq);
@@ -503,20 +536,43 @@ static void ktg_wake_all_holders(void)
 		wake_up_all(&ktg_slots[i].wq);
 }
 
+static void ktg_free_shared(void)
+{
+	if (ktg_shared)
+		free_pages((unsigned long)ktg_shared, get_order(KTGUARD_SHARED_SIZE));
+	ktg_shared = NULL;
+	ktg_ack_words = NULL;
+	ktg_mirror = NULL;
+}
+
 int ktg_chan_init(void)
 {
 	int i, ret;
 
 	for (i = 0; i < KTG_SLOTS; i++)
 		init_waitqueue_head(&ktg_slots[i].wq);
-	BUILD_BUG_ON(KTG_SLOTS * sizeof(u64) > PAGE_SIZE);
-	/* Without the page, holds just wait for the reader's ack. */
-	ktg_ack_words = (u64 *)get_zeroed_page(GFP_KERNEL);
-	ret = misc_register(&ktg_misc);
-	if (ret) {
-		free_page((unsigned long)ktg_ack_words);
-		ktg_ack_words = NULL;
+	BUILD_BUG_ON(sizeof(struct ktguard_shared_header) + KTG_SLOTS * (sizeof(u64) + KTGUARD_NOTICE_SIZE) >
+		     KTGUARD_SHARED_SIZE);
+	/* Naturally aligned (the buddy allocator aligns a block to its size),
+	 * physically contiguous, in the linear map. Without it, holds just
+	 * wait for the reader's ack. */
+	ktg_shared = (void *)__get_free_pages(GFP_KERNEL | __GFP_ZERO, get_order(KTGUARD_SHARED_SIZE));
+	if (ktg_shared) {
+		struct ktguard_shared_header *h = ktg_shared;
+
+		h->version = KTGUARD_SHARED_VERSION;
+		h->slots = KTG_SLOTS;
+		h->ack_offset = sizeof(*h);
+		h->notice_offset = sizeof(*h) + KTG_SLOTS * sizeof(u64);
+		h->notice_size = KTGUARD_NOTICE_SIZE;
+		ktg_ack_words = (u64 *)((char *)ktg_shared + h->ack_offset);
+		ktg_mirror = (struct ktguard_notice *)((char *)ktg_shared + h->notice_offset);
+		smp_wmb();
+		WRITE_ONCE(h->magic, KTGUARD_SHARED_MAGIC);
 	}
+	ret = misc_register(&ktg_misc);
+	if (ret)
+		ktg_free_shared();
 	return ret;
 }
 
@@ -537,6 +593,5 @@ void ktg_chan_exit(void)
 {
 	misc_deregister(&ktg_misc);
 	/* The hooks are gone and every holder has returned. */
-	free_page((unsigned long)ktg_ack_words);
-	ktg_ack_words = NULL;
+	ktg_free_shared();
 }

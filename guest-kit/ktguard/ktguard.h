@@ -48,6 +48,7 @@ struct ktg_stats {
 	atomic64_t stale_acks; /* acks for ids never issued */
 	atomic64_t late_acks;  /* acks for holds that had already ended */
 	atomic64_t word_acks;  /* holds ended by the host storing the id in the ack word */
+	atomic64_t unread;     /* holds that ended before the reader read their notice (the host polled the mirror) */
 	atomic64_t word_spins; /* sleeping holds that first polled their ack word (ack words seen this session) */
 	atomic64_t spins;      /* holds done by busy waiting */
 	atomic64_t slot_waits; /* sleeping frees that waited for a free slot */

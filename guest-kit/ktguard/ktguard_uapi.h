@@ -19,13 +19,7 @@
 
 #include "kthost_shared.h" /* guest-kit/include; build.sh copies it beside this file */
 
-#ifdef __KERNEL__
-#include <linux/types.h>
-#else
-#include <stdint.h>
-typedef uint64_t __u64;
-typedef uint32_t __u32;
-#endif
+#include <linux/types.h> /* __u64, __u32: the kernel's, or linux-libc-dev's */
 
 #define KTGUARD_DEVICE "/dev/ktguard"
 #define KTGUARD_ABI_VERSION 2
@@ -72,12 +66,55 @@ enum ktguard_kind {
 #define KTGUARD_NOTICE_SIZE 48
 #define KTGUARD_ACK_SIZE 16
 
+/* The shared block: one naturally aligned KTGUARD_SHARED_SIZE block of
+ * guest-physical memory holding the ack words and a mirror of every waiting
+ * notice. Every notice's ack_addr lies inside it, so a host that reads guest
+ * RAM finds it by rounding any ack_addr down to KTGUARD_SHARED_SIZE. Such a
+ * host may poll the mirror instead of waiting for the notice to come through
+ * the reader, save the range and store the ack word: the hold then ends
+ * without any guest-side work. The reader gets the notices still waiting
+ * when it reads (a hold the host ended first is gone; counted as "unread"),
+ * and the host acks each it gets.
+ *
+ *   [0, 64)                       struct ktguard_shared_header
+ *   [ack_offset, +8 * slots)      the ack words, one u64 per slot
+ *   [notice_offset, +48 * slots)  struct ktguard_notice per slot: id 0 while
+ *                                 the slot is free
+ *
+ * A slot's mirror is written with its id first set to 0, then the fields,
+ * then the id (with write barriers between): a reader that sees the same
+ * non-zero id before and after reading the fields has a whole notice. ids
+ * are never reused within a module load. `seq` grows by one at every change
+ * of any slot (after the change is written), so an unchanged seq means
+ * nothing to read. */
+#define KTGUARD_SHARED_SIZE 16384
+#define KTGUARD_SHARED_MAGIC 0x315244484754544bULL /* "KTTGHDR1" */
+#define KTGUARD_SHARED_VERSION 1
+
+struct ktguard_shared_header {
+	__u64 magic;
+	__u32 version;
+	__u32 slots;
+	__u32 ack_offset;
+	__u32 notice_offset;
+	__u32 notice_size; /* KTGUARD_NOTICE_SIZE */
+	__u32 reserved;
+	__u64 seq;
+	__u64 pad[3];
+};
+
 #ifdef __KERNEL__
 static_assert(sizeof(struct ktguard_notice) == KTGUARD_NOTICE_SIZE);
 static_assert(sizeof(struct ktguard_ack) == KTGUARD_ACK_SIZE);
+static_assert(sizeof(struct ktguard_shared_header) == 64);
+#elif defined(__cplusplus)
+static_assert(sizeof(struct ktguard_notice) == KTGUARD_NOTICE_SIZE, "notice ABI");
+static_assert(sizeof(struct ktguard_ack) == KTGUARD_ACK_SIZE, "ack ABI");
+static_assert(sizeof(struct ktguard_shared_header) == 64, "shared header ABI");
 #else
 _Static_assert(sizeof(struct ktguard_notice) == KTGUARD_NOTICE_SIZE, "notice ABI");
 _Static_assert(sizeof(struct ktguard_ack) == KTGUARD_ACK_SIZE, "ack ABI");
+_Static_assert(sizeof(struct ktguard_shared_header) == 64, "shared header ABI");
 #endif
 
 #endif

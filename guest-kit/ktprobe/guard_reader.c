@@ -121,7 +121,8 @@ int guard_reader(int argc, char **argv) {
       printf("{\"id\":%" PRIu64 ",\"start\":\"0x%" PRIx64 "\",\"end\":\"0x%" PRIx64
              "\",\"len\":%" PRIu64 ",\"kind\":%u,\"cpu\":%u,\"time_ns\":%" PRIu64
              ",\"head\":\"%s\",\"not_int3\":%" PRIu64 ",\"status\":%u,\"acked\":%s}\n",
-             n[i].id, n[i].start, n[i].end, len, n[i].kind, n[i].cpu, n[i].time_ns, head, not_int3, status,
+             (uint64_t)n[i].id, (uint64_t)n[i].start, (uint64_t)n[i].end, len, n[i].kind, n[i].cpu,
+             (uint64_t)n[i].time_ns, head, not_int3, status,
              ack ? "true" : "false");
       fflush(stdout);
       if (!ack) continue;

@@ -20,6 +20,7 @@
 #include "kthost/common/fd.h"
 #include "kthost/common/io.h"
 #include "kthost/trace/trace_session.h"
+#include "ktguard_uapi.h"
 #include "kthost_shared.h"
 #include "ktproto.h"
 
@@ -198,6 +199,65 @@ TEST_F(TraceSessionTest, AHoldIsAnsweredWithoutTheMainThreadAndItsTextReachesThe
   auto holds = read_file((dir_ / "bundle" / "holds.jsonl").string());
   ASSERT_TRUE(holds);
   EXPECT_NE(holds->find("\"id\":9"), std::string::npos) << *holds;
+}
+
+// ktguard's shared block in guest RAM: once a channel notice shows where it
+// is, a hold that waits in its mirror is saved and its ack word stored with
+// no notice through the channel at all; when that notice comes, it is only
+// acked, and the hold is counted once.
+TEST_F(TraceSessionTest, AHoldInKtguardsMirrorIsAnsweredBeforeItsNoticeArrives) {
+  auto session = open();
+  ASSERT_TRUE(session);
+  ASSERT_TRUE(helper_->wait_for(KTP_HOST_HELLO, 2s));
+  helper_->hello_and_state_dump();
+  ASSERT_TRUE(session->wait_ready(5s)) << session->end_reason();
+  constexpr uint64_t kBlock = 0x340000, kAck0 = kBlock + 64;
+  ktguard_shared_header h{};
+  h.magic = KTGUARD_SHARED_MAGIC;
+  h.version = KTGUARD_SHARED_VERSION;
+  h.slots = 4;
+  h.ack_offset = 64;
+  h.notice_offset = 64 + 8 * 4;
+  h.notice_size = KTGUARD_NOTICE_SIZE;
+  h.seq = 1;
+  memory_->write(kBlock, &h, sizeof h);
+  ktguard_notice waiting{10, kBase + 128, kBase + 256, 1, 0, 40, kAck0 + 8};  // slot 1
+  memory_->write(kBlock + h.notice_offset + KTGUARD_NOTICE_SIZE, &waiting, sizeof waiting);
+  // Hold 9 comes through the channel, as the first of a session does.
+  ktp_guard_notice n{30, 0, 9, kBase + 16, kBase + 80, 1, kAck0};
+  helper_->send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_guard_notice(b, c, s, &n); });
+  ASSERT_TRUE(helper_->wait_for(KTP_GUARD_ACK, 3s));
+  // Hold 10 only waits in the mirror: its word is stored anyway.
+  uint64_t word = 0;
+  for (int i = 0; i < 300 && word != 10; ++i) {
+    std::this_thread::sleep_for(10ms);
+    ASSERT_TRUE(memory_->read(kAck0 + 8, &word, 8));
+  }
+  EXPECT_EQ(word, 10u) << "the mirrored hold was not answered";
+  ktp_guard_notice late{41, 0, 10, kBase + 128, kBase + 256, 1, kAck0 + 8};
+  helper_->send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_guard_notice(b, c, s, &late); });
+  auto ack = helper_->wait_for(KTP_GUARD_ACK, 3s);
+  ASSERT_TRUE(ack) << "the channel notice of a polled hold got no ack";
+  ktp_guard_ack a{};
+  const ktp_frame af = frame_of(*ack);
+  ASSERT_EQ(ktp_parse_guard_ack(&af, &a), KTP_OK);
+  EXPECT_EQ(a.id, 10u);
+  EXPECT_EQ(a.status, static_cast<uint32_t>(KTP_HOLD_SAVED));
+  for (int i = 0; i < 3; ++i) session->step(50ms);
+  auto sum = session->finish("test done");
+  ASSERT_TRUE(sum) << sum.error().message;
+  EXPECT_EQ(sum->holds.holds, 2u);
+  EXPECT_EQ(sum->holds.polled, 1u);
+  auto bundle = read_bundle((dir_ / "bundle").string());
+  ASSERT_TRUE(bundle) << bundle.error().message;
+  size_t polled_copies = 0;
+  for (const auto& r : bundle->text.records)
+    if (r.source == TextSource::Guard && r.id == 10) {
+      ++polled_copies;
+      ASSERT_EQ(r.bytes.size(), 128u);
+      EXPECT_EQ(r.bytes[0], static_cast<uint8_t>(128 * 13 + 1));
+    }
+  EXPECT_EQ(polled_copies, 1u);
 }
 
 // A guest whose ktguard cannot be opened says so (GUARD_STATE absent): the

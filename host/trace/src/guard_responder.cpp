@@ -12,7 +12,7 @@ nlohmann::json hold_json(const HoldRecord& h) {
   nlohmann::json j = {{"id", h.id},           {"kind", h.kind},         {"cpu", h.cpu},
                       {"start", hex(h.start)}, {"end", hex(h.end)},     {"bytes", h.end - h.start},
                       {"guest_time", h.guest_time}, {"status", h.status}, {"copy_us", h.copy_us},
-                      {"host_us", h.host_us},  {"word_acked", h.word_acked}};
+                      {"host_us", h.host_us},  {"word_acked", h.word_acked}, {"polled", h.polled}};
   if (!h.error.empty()) j["error"] = h.error;
   if (!h.word_error.empty()) j["word_error"] = h.word_error;
   return j;
@@ -34,24 +34,56 @@ GuardResponder::GuardResponder(GuardResponder&& o) noexcept
       holds_(std::exchange(o.holds_, nullptr)),
       notice_(std::move(o.notice_)),
       word_error_shown_(o.word_error_shown_),
-      totals_(o.totals_) {}
+      totals_(o.totals_),
+      polled_(std::move(o.polled_)) {}
 
 GuardResponder::~GuardResponder() {
   if (holds_) std::fclose(holds_);
 }
 
+namespace {
+constexpr size_t kMaxPolled = 4096;
+}
+
 HoldRecord GuardResponder::answer(const SidebandEvent& ev, const GuardNoticeEvent& notice, const AckSender& send_ack) {
   auto t0 = std::chrono::steady_clock::now();
+  auto polled = polled_.find(notice.id);
+  if (polled != polled_.end()) {  // saved from the mirror already: the channel ack only
+    HoldRecord h;
+    h.id = notice.id;
+    h.status = polled->second;
+    polled_.erase(polled);
+    if (Status ack = send_ack ? send_ack(notice.id, h.status) : Status(Error(ErrorCode::Unsupported, "no ack sender"));
+        !ack)
+      totals_.acks_failed++;
+    return h;
+  }
   HoldRecord h = saver_.on_guard_notice(ev, notice);
   Status ack = send_ack ? send_ack(notice.id, h.status) : Status(Error(ErrorCode::Unsupported, "no ack sender"));
+  if (!ack) {
+    if (h.error.empty()) h.error = "ack: " + ack.error().message;
+    totals_.acks_failed++;
+  }
+  record(h, t0);
+  return h;
+}
+
+HoldRecord GuardResponder::answer_polled(const SidebandEvent& ev, const GuardNoticeEvent& notice) {
+  auto t0 = std::chrono::steady_clock::now();
+  HoldRecord h = saver_.on_guard_notice(ev, notice);
+  h.polled = true;
+  polled_[notice.id] = h.status;
+  while (polled_.size() > kMaxPolled) polled_.erase(polled_.begin());
+  totals_.polled++;
+  record(h, t0);
+  return h;
+}
+
+void GuardResponder::record(HoldRecord& h, std::chrono::steady_clock::time_point t0) {
   h.host_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   if (!h.word_error.empty() && !word_error_shown_) {
     word_error_shown_ = true;
     if (notice_) notice_("cannot store ack words (holds wait for the channel ack): " + h.word_error);
-  }
-  if (!ack) {
-    if (h.error.empty()) h.error = "ack: " + ack.error().message;
-    totals_.acks_failed++;
   }
   totals_.holds++;
   totals_.host_us_total += h.host_us;
@@ -61,7 +93,6 @@ HoldRecord GuardResponder::answer(const SidebandEvent& ev, const GuardNoticeEven
     line += '\n';
     std::fputs(line.c_str(), holds_);
   }
-  return h;
 }
 
 void GuardResponder::flush() {

@@ -20,6 +20,7 @@ nlohmann::json TraceSummary::to_json() const {
       {"module_unloads", module_unloads},
       {"holds", holds.holds},
       {"holds_word_acked", saver.word_acks},
+      {"holds_polled", holds.polled},
       {"holds_word_ack_failed", saver.word_ack_failed},
       {"hold_host_us_max", holds.host_us_max},
       {"hold_host_us_mean", holds.host_us_mean()},

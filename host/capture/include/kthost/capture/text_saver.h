@@ -42,6 +42,7 @@ struct HoldRecord {
   double copy_us = 0;       // reading guest RAM and storing
   double host_us = 0;       // notice decoded -> ack written
   bool word_acked = false;  // the ack word in guest RAM was stored
+  bool polled = false;      // found in ktguard's mirror in guest RAM, before its channel notice
   std::string error;        // why it could not be saved
   std::string word_error;   // why the ack word could not be stored (the channel ack still goes)
 };

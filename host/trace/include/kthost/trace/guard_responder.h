@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdio>
+#include <chrono>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -16,6 +18,7 @@ namespace kt {
 
 struct HoldTotals {
   uint64_t holds = 0;
+  uint64_t polled = 0;       // of them, found in ktguard's mirror in guest RAM before their notice came
   uint64_t acks_failed = 0;  // the channel ack could not be sent
   double host_us_max = 0, host_us_total = 0;
   double host_us_mean() const { return holds ? host_us_total / static_cast<double>(holds) : 0.0; }
@@ -41,6 +44,12 @@ class GuardResponder {
   HoldRecord answer(const SidebandEvent& ev, const GuardNoticeEvent& notice) { return answer(ev, notice, send_ack_); }
   // With the ack sender of the thread that answers (SidebandReader's).
   HoldRecord answer(const SidebandEvent& ev, const GuardNoticeEvent& notice, const AckSender& send_ack);
+  // A notice read from ktguard's mirror in guest RAM (GuardMirror): saved,
+  // and its ack word stored, now. When its channel notice comes, answer()
+  // only sends the channel ack, with the same status.
+  HoldRecord answer_polled(const SidebandEvent& ev, const GuardNoticeEvent& notice);
+  // A new guard session: ids polled before may come again from a reloaded ktguard.
+  void forget_polled() { polled_.clear(); }
   void flush();
   const HoldTotals& totals() const { return totals_; }
 
@@ -53,6 +62,8 @@ class GuardResponder {
   Notice notice_;
   bool word_error_shown_ = false;
   HoldTotals totals_;
+  std::map<uint64_t, uint32_t> polled_;  // id -> ack status, for holds answered from the mirror
+  void record(HoldRecord& h, std::chrono::steady_clock::time_point t0);
 };
 
 }  // namespace kt
