@@ -29,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   // The same bytes as guest RAM, found from every ack word and polled twice.
-  kt::BufferMemory mem(4 * KTGUARD_SHARED_SIZE);
+  kt::BufferMemory mem(kBlock + 2 * KTGUARD_SHARED_SIZE);
   mem.write(kBlock, data, std::min<size_t>(size, KTGUARD_SHARED_SIZE));
   kt::GuardMirror mirror(mem);
   if (size >= 16 && mirror.locate(kBlock + (data[0] | (data[1] << 8))).ok()) {
