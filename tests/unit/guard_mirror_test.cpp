@@ -20,14 +20,20 @@ constexpr uint32_t kAckOffset = 64, kNoticeOffset = 64 + 8 * kSlots;
 uint64_t ack_of(uint32_t slot) { return kBlock + kAckOffset + 8ull * slot; }
 uint64_t notice_of(uint32_t slot) { return kBlock + kNoticeOffset + uint64_t{KTGUARD_NOTICE_SIZE} * slot; }
 
-void write_header(BufferMemory& mem, uint64_t magic = KTGUARD_SHARED_MAGIC) {
+// The header as ktguard writes it.
+ktguard_shared_header good_header() {
   ktguard_shared_header h{};
-  h.magic = magic;
+  h.magic = KTGUARD_SHARED_MAGIC;
   h.version = KTGUARD_SHARED_VERSION;
   h.slots = kSlots;
   h.ack_offset = kAckOffset;
   h.notice_offset = kNoticeOffset;
   h.notice_size = KTGUARD_NOTICE_SIZE;
+  return h;
+}
+void write_header(BufferMemory& mem, uint64_t magic = KTGUARD_SHARED_MAGIC) {
+  ktguard_shared_header h = good_header();
+  h.magic = magic;
   mem.write(kBlock, &h, sizeof h);
 }
 void bump_seq(BufferMemory& mem) {
@@ -97,13 +103,7 @@ TEST(GuardMirror, AnyAckWordOfTheBlockFindsItAndOthersAreRefused) {
 
 TEST(GuardMirror, HeadersThatDoNotFitTheBlockAreRefusedByName) {
   auto header = [](auto change) {
-    ktguard_shared_header h{};
-    h.magic = KTGUARD_SHARED_MAGIC;
-    h.version = KTGUARD_SHARED_VERSION;
-    h.slots = kSlots;
-    h.ack_offset = kAckOffset;
-    h.notice_offset = kNoticeOffset;
-    h.notice_size = KTGUARD_NOTICE_SIZE;
+    ktguard_shared_header h = good_header();
     change(h);
     auto r = parse_guard_mirror_header(reinterpret_cast<const uint8_t*>(&h), sizeof h, kBlock);
     return r ? std::string("ok") : r.error().message;
