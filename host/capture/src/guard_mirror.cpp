@@ -99,7 +99,7 @@ Status GuardMirror::locate(uint64_t ack_addr) {
 }
 
 void GuardMirror::answered(uint64_t id) {
-  returned_.emplace(id, true);
+  returned_.insert(id);
   while (returned_.size() > kMaxReturned) returned_.erase(returned_.begin());
 }
 
@@ -125,7 +125,7 @@ Result<std::vector<MirrorNotice>> GuardMirror::poll() {
   seq_ = seq;
   have_seq_ = true;
   for (auto& m : whole_mirror_notices(layout_, first, second, &stats_.rejected)) {
-    if (!returned_.emplace(m.notice.id, true).second) continue;
+    if (!returned_.insert(m.notice.id).second) continue;
     fresh.push_back(m);
   }
   while (returned_.size() > kMaxReturned) returned_.erase(returned_.begin());

@@ -8,7 +8,7 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -72,7 +72,7 @@ class GuardMirror {
   GuardMirrorLayout layout_;
   uint64_t seq_ = 0;
   bool have_seq_ = false;
-  std::map<uint64_t, bool> returned_;  // ids already returned (bounded)
+  std::set<uint64_t> returned_;  // ids already returned (bounded)
   GuardMirrorStats stats_;
 };
 
