@@ -8,7 +8,8 @@
 namespace kt {
 namespace {
 
-constexpr uint32_t kA = 1, kB = 2, kC = 3;
+constexpr uint32_t kA = 1, kB = 2, kC = 3, kD = 4, kThunk = 5, kSwitch = 6;
+constexpr uint32_t kBase = 7;  // the [base unknown] frame's id
 
 class PieceWalkTest : public ::testing::Test {
  protected:
@@ -25,19 +26,25 @@ class PieceWalkTest : public ::testing::Test {
     std::string out;
     for (uint32_t f : path) {
       if (!out.empty()) out += ">";
-      out += (f & kStackMarker) ? "M" + std::to_string(f & ~kStackMarker) : std::string(1, static_cast<char>('@' + f));
+      out += (f & kStackMarker) ? "M" + std::to_string(f & ~kStackMarker)
+             : f == kBase       ? std::string("?")
+             : f == kThunk      ? std::string("T")
+             : f == kSwitch     ? std::string("S")
+                                : std::string(1, static_cast<char>('@' + f));
     }
     return out;
   }
   static PieceWalk::Block block(uint32_t fn, uint8_t cls, uint32_t ninsn = 4, bool at_entry = true) {
-    return {fn, ninsn, cls, at_entry};
+    const FunctionKind kind = fn == kThunk ? kFnThunk : fn == kSwitch ? kFnTaskSwitch : kFnPlain;
+    return {fn, ninsn, cls, at_entry, kind};
   }
+  PieceWalk walk(uint64_t start_time) { return PieceWalk(tree_, s_, start_time, kBase); }
   CallTree tree_;
   PieceScratch s_;
 };
 
 TEST_F(PieceWalkTest, FirstBlockHangsUnderTheBaseMarker) {
-  PieceWalk w(tree_, s_, 100);
+  PieceWalk w = walk(100);
   EXPECT_EQ(w.final_node(), UINT32_MAX);  // no block: the stack it began with is unchanged
   EXPECT_TRUE(w.leader());
   w.on_block(block(kA, kClsOther));
@@ -48,7 +55,7 @@ TEST_F(PieceWalkTest, FirstBlockHangsUnderTheBaseMarker) {
 }
 
 TEST_F(PieceWalkTest, CallPushesCountsTheEdgeAndReturnPops) {
-  PieceWalk w(tree_, s_, 0);
+  PieceWalk w = walk(0);
   w.on_block(block(kA, kClsCall));
   EXPECT_EQ(w.pending(), PieceWalk::Pending::Call);
   EXPECT_TRUE(w.leader());
@@ -62,7 +69,7 @@ TEST_F(PieceWalkTest, CallPushesCountsTheEdgeAndReturnPops) {
 }
 
 TEST_F(PieceWalkTest, ReturnBelowThePieceBaseCountsAnUnderflowInsteadOfInventingFrames) {
-  PieceWalk w(tree_, s_, 0);
+  PieceWalk w = walk(0);
   w.on_block(block(kA, kClsReturn));
   w.on_block(block(kB, kClsReturn));
   EXPECT_EQ(w.underflows(), 1u);
@@ -74,7 +81,7 @@ TEST_F(PieceWalkTest, ReturnBelowThePieceBaseCountsAnUnderflowInsteadOfInventing
 
 TEST_F(PieceWalkTest, ASelfCallNotAtTheEntryIsNoFrame) {
   // FILL_RETURN_BUFFER: call the next instruction, never return.
-  PieceWalk w(tree_, s_, 0);
+  PieceWalk w = walk(0);
   w.on_block(block(kA, kClsCall));
   w.on_block(block(kA, kClsCall, 2, /*at_entry=*/false));
   EXPECT_EQ(stack(w), "M0>A");
@@ -84,19 +91,25 @@ TEST_F(PieceWalkTest, ASelfCallNotAtTheEntryIsNoFrame) {
   EXPECT_EQ(s_.fn_calls[kA], 1u);
 }
 
-TEST_F(PieceWalkTest, AJumpIntoAnotherFunctionReplacesTheTop) {
-  PieceWalk w(tree_, s_, 0);
+TEST_F(PieceWalkTest, AJumpIntoAnotherFunctionReplacesTheTopAndATailCallCounts) {
+  PieceWalk w = walk(0);
   w.on_block(block(kA, kClsCall));
   w.on_block(block(kB, kClsJump));
-  w.on_block(block(kC, kClsOther));  // tail call B -> C
+  w.on_block(block(kC, kClsJump));  // tail call B -> C, at C's entry
   EXPECT_EQ(stack(w), "M0>A>C");
-  EXPECT_EQ(s_.fn_calls[kC], 0u);
+  EXPECT_EQ(s_.fn_calls[kC], 1u);
+  EXPECT_EQ((s_.edges[(uint64_t{kB} << 32) | kC]), 1u);
+  w.on_block(block(kD, kClsOther, 4, /*at_entry=*/false));  // a jump into D's middle: no call
+  EXPECT_EQ(stack(w), "M0>A>D");
+  EXPECT_EQ(s_.fn_calls[kD], 0u);
+  w.on_block(block(kA, kClsOther, 4, /*at_entry=*/true));  // falling through into a symbol: no call
+  EXPECT_EQ(s_.fn_calls[kA], 0u);
 }
 
 TEST_F(PieceWalkTest, AnInterruptPushesTheHandlerOnTop) {
-  PieceWalk w(tree_, s_, 0);
+  PieceWalk w = walk(0);
   w.on_block(block(kA, kClsOther));
-  w.on_interrupt();
+  w.on_interrupt({kA, false, kFnPlain});
   EXPECT_EQ(w.pending(), PieceWalk::Pending::Push);
   EXPECT_TRUE(w.leader());
   w.on_block(block(kB, kClsOther));
@@ -105,7 +118,7 @@ TEST_F(PieceWalkTest, AnInterruptPushesTheHandlerOnTop) {
 }
 
 TEST_F(PieceWalkTest, TracingChangeRestartsTheStackEmpty) {
-  PieceWalk w(tree_, s_, 0);
+  PieceWalk w = walk(0);
   w.on_block(block(kA, kClsCall));
   w.on_tracing_changed();
   EXPECT_EQ(w.current(), 0u);
@@ -119,7 +132,7 @@ TEST_F(PieceWalkTest, TracingChangeRestartsTheStackEmpty) {
 }
 
 TEST_F(PieceWalkTest, OverflowMakesMissingTextTheOverflowsLossUntilALaterTime) {
-  PieceWalk w(tree_, s_, 100);
+  PieceWalk w = walk(100);
   w.on_block(block(kA, kClsCall));
   w.on_overflow();
   EXPECT_TRUE(w.time_uncertain());
@@ -135,7 +148,7 @@ TEST_F(PieceWalkTest, OverflowMakesMissingTextTheOverflowsLossUntilALaterTime) {
 }
 
 TEST_F(PieceWalkTest, TimeNeverGoesBack) {
-  PieceWalk w(tree_, s_, 500);
+  PieceWalk w = walk(500);
   w.on_time(400);
   EXPECT_EQ(w.now(), 500u);
   w.on_time(600);
@@ -143,19 +156,120 @@ TEST_F(PieceWalkTest, TimeNeverGoesBack) {
 }
 
 TEST_F(PieceWalkTest, AnErrorResetsTheStack) {
-  PieceWalk w(tree_, s_, 0);
+  PieceWalk w = walk(0);
   w.on_block(block(kA, kClsCall));
   w.on_error(DecodeErrorKind::Desync);
   EXPECT_EQ(w.current(), 0u);
   EXPECT_EQ(w.pending(), PieceWalk::Pending::None);
   w.on_block(block(kB, kClsOther));
-  EXPECT_EQ(stack(w), "B");
+  EXPECT_EQ(stack(w), "?>B");  // the frames below are unknown, and shown so
 }
 
 TEST_F(PieceWalkTest, StacksAreBoundedAt256Frames) {
-  PieceWalk w(tree_, s_, 0);
+  PieceWalk w = walk(0);
   for (int i = 0; i < 400; ++i) w.on_block(block(1 + i % 3, kClsCall));
   EXPECT_LE(tree_.node(w.current()).depth, 257u);
+}
+
+TEST_F(PieceWalkTest, AnInterruptStrikingAfterACallRootsTheHandlerOnTheCallee) {
+  // The call retired; the interrupt struck before the callee's first
+  // instruction ran (the FUP is at its entry).
+  PieceWalk w = walk(0);
+  w.on_block(block(kA, kClsCall));
+  w.on_interrupt({kB, true, kFnPlain});
+  w.on_block(block(kC, kClsReturn));  // the handler, on top of B
+  EXPECT_EQ(stack(w), "M0>A>B>C");
+  EXPECT_EQ(s_.fn_calls[kB], 1u);  // the call did happen
+  EXPECT_EQ(s_.fn_calls[kC], 0u);
+  w.on_block(block(kB, kClsReturn, 4, /*at_entry=*/true));  // IRET back into B
+  EXPECT_EQ(stack(w), "M0>A>B");
+  w.on_block(block(kA, kClsOther, 4, false));
+  EXPECT_EQ(stack(w), "M0>A");
+}
+
+TEST_F(PieceWalkTest, AnInterruptAtThePiecesStartGoesOnTopOfWhereItStruck) {
+  PieceWalk w = walk(0);
+  w.on_interrupt({kA, false, kFnPlain});
+  w.on_block(block(kB, kClsOther));
+  EXPECT_EQ(stack(w), "M0>A>B");
+  EXPECT_EQ(w.first_fn(), kA);
+  EXPECT_FALSE(w.first_at_entry());
+}
+
+TEST_F(PieceWalkTest, ARetpolineThunkIsSeenThroughByItsReturn) {
+  // call thunk; thunk: call 1f (no frame); 1: mov %rax,(%rsp); ret -> B
+  PieceWalk w = walk(0);
+  w.on_block(block(kA, kClsCall));
+  w.on_block(block(kThunk, kClsCall, 1));
+  EXPECT_EQ(stack(w), "M0>A>T");
+  EXPECT_EQ(s_.fn_calls[kThunk], 0u);
+  w.on_block(block(kThunk, kClsReturn, 2, /*at_entry=*/false));
+  w.on_block(block(kB, kClsReturn));
+  EXPECT_EQ(stack(w), "M0>A>B");
+  EXPECT_EQ(s_.fn_calls[kB], 1u);
+  EXPECT_EQ((s_.edges[(uint64_t{kA} << 32) | kB]), 1u);
+  EXPECT_EQ(s_.edges.count((uint64_t{kA} << 32) | kThunk), 0u);
+  w.on_block(block(kA, kClsOther, 4, false));  // B returns to A, not below it
+  EXPECT_EQ(stack(w), "M0>A");
+  EXPECT_EQ(w.underflows(), 0u);
+}
+
+TEST_F(PieceWalkTest, AThunkLeftByItsIndirectJumpIsSeenThroughToo) {
+  PieceWalk w = walk(0);
+  w.on_block(block(kA, kClsCall));
+  w.on_block(block(kThunk, kClsJump, 2));  // lfence; jmp *%rax
+  w.on_block(block(kB, kClsOther));
+  EXPECT_EQ(stack(w), "M0>A>B");
+  EXPECT_EQ(s_.fn_calls[kB], 1u);
+}
+
+TEST_F(PieceWalkTest, ATailCallThroughAThunkReplacesTheTopWithNoCall) {
+  PieceWalk w = walk(0);
+  w.on_block(block(kA, kClsCall));
+  w.on_block(block(kB, kClsJump));      // B: jmp __x86_indirect_thunk_rax
+  w.on_block(block(kThunk, kClsCall, 1));
+  w.on_block(block(kThunk, kClsReturn, 2, false));
+  w.on_block(block(kC, kClsOther));
+  EXPECT_EQ(stack(w), "M0>A>C");
+  EXPECT_EQ(s_.fn_calls[kThunk], 0u);
+  EXPECT_EQ(s_.fn_calls[kC], 0u);
+}
+
+TEST_F(PieceWalkTest, TheReturnOutOfATaskSwitchLandsOnAnUnknownBaseNotTheOldTasksFrames) {
+  PieceWalk w = walk(0);
+  w.on_block(block(kA, kClsCall));       // the old task: A calls __schedule (B)
+  w.on_block(block(kB, kClsCall));       // B calls __switch_to_asm
+  w.on_block(block(kSwitch, kClsCall, 3));
+  w.on_block(block(kSwitch, kClsJump, 5, /*at_entry=*/false));  // RSB stuffing, then jmp __switch_to
+  w.on_block(block(kC, kClsCall));       // __switch_to calls D ...
+  w.on_block(block(kD, kClsReturn));     // ... which returns into it
+  EXPECT_EQ(stack(w), "M0>A>B>C>D");
+  w.on_block(block(kC, kClsReturn, 4, false));
+  EXPECT_EQ(stack(w), "M0>A>B>C");
+  w.on_block(block(kB, kClsReturn, 4, false));  // __switch_to returns: the next task's __schedule
+  EXPECT_EQ(stack(w), "?>B");
+  w.on_block(block(kD, kClsOther, 4, false));  // returns below it stay on the unknown base
+  EXPECT_EQ(stack(w), "?>D");
+  EXPECT_EQ(w.underflows(), 0u);
+}
+
+TEST_F(PieceWalkTest, AnOverflowRestartsOnAnUnknownBaseAndTracingOnRestartsEmpty) {
+  PieceWalk w = walk(0);
+  w.on_block(block(kA, kClsCall));
+  w.on_overflow();
+  w.on_block(block(kB, kClsOther));
+  EXPECT_EQ(stack(w), "?>B");
+  w.on_tracing_changed();
+  w.on_block(block(kC, kClsOther));
+  EXPECT_EQ(stack(w), "C");
+}
+
+TEST_F(PieceWalkTest, TheLastPendingTransitionAndTheFirstLandingAreKeptForStitching) {
+  PieceWalk w = walk(0);
+  w.on_block(block(kA, kClsOther, 4, false));
+  w.on_block(block(kB, kClsReturn));
+  EXPECT_EQ(w.first_fn(), kA);
+  EXPECT_EQ(w.pending(), PieceWalk::Pending::Return);  // the next piece's first block is where it returns
 }
 
 }  // namespace

@@ -92,6 +92,13 @@ PieceDecoder::PieceDecoder(const std::map<uint32_t, std::vector<uint8_t>>& pt, c
   }
   fn_insns_.assign(symbols.size(), 0);
   fn_calls_.assign(symbols.size(), 0);
+  fn_kind_.reserve(symbols.size());
+  for (uint32_t f = 0; f < symbols.size(); ++f) fn_kind_.push_back(function_kind_of(symbols.function(f).name));
+}
+
+PieceWalk::Place PieceDecoder::place_of(uint64_t ip, uint64_t time) const {
+  const uint32_t fn = symbols_.lookup(ip, time);
+  return {fn, fn != Symbolizer::kUnknown && symbols_.function(fn).start == ip, fn_kind_[fn]};
 }
 
 void PieceDecoder::forget_leaders() {
@@ -203,7 +210,7 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
     return st;
   }
   pt_blk_set_image(dec, cursor_.image());
-  PieceWalk walk(tree_, s, piece.time);
+  PieceWalk walk(tree_, s, piece.time, symbols_.base_unknown());
   auto record = [&](DecodeErrorKind seen, int code, uint64_t ip, const char* why = nullptr) {
     DecodeErrorKind kind = walk.on_error(seen);
     const char* detail = kind != seen ? "no text at this address while the time was unknown after an overflow"
@@ -226,7 +233,9 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
   // forever without reading a packet. Bounded here, and reported.
   uint64_t last_offset = UINT64_MAX, blocks_here = 0;
   std::vector<pt_block> tail;
-  auto process = [&](const pt_block& block) {
+  // cut: the block was cut before its last instruction, whose branch is
+  // then the next piece's.
+  auto process = [&](const pt_block& block, bool cut = false) {
     if (block.ninsn == 0) return;
     CacheEntry& e = lookup(block.ip, block.end_ip, block.isid, block.iclass, walk.now());
     if (walk.leader() && !e.leader_seen) {
@@ -242,13 +251,13 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
         uint32_t n = std::min(parts[i].ninsn, left);
         left -= n;
         bool last = i + 1 == parts.size() || left == 0;
-        walk.on_block({parts[i].fn, n + (last ? left : 0), last ? e.cls : static_cast<uint8_t>(kClsOther),
-                       parts[i].at_entry});
+        walk.on_block({parts[i].fn, n + (last ? left : 0), last && !cut ? e.cls : static_cast<uint8_t>(kClsOther),
+                       parts[i].at_entry, fn_kind_[parts[i].fn]});
         if (last) break;
       }
     } else {
       bool at_entry = e.fn != Symbolizer::kUnknown && block.ip == symbols_.function(e.fn).start;
-      walk.on_block({e.fn, block.ninsn, e.cls, at_entry});
+      walk.on_block({e.fn, block.ninsn, cut ? static_cast<uint8_t>(kClsOther) : e.cls, at_entry, fn_kind_[e.fn]});
     }
   };
   int status = pt_blk_sync_forward(dec);
@@ -268,7 +277,13 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
         case ptev_enabled:
         case ptev_disabled:
         case ptev_async_disabled: walk.on_tracing_changed(); break;
-        case ptev_async_branch: walk.on_interrupt(); break;
+        case ptev_async_branch:
+          // An event that goes where it struck re-enters the handler it
+          // struck at its first instruction (the software PT's record of a
+          // handler block QEMU started twice): no frame of its own.
+          if (ev.variant.async_branch.from != ev.variant.async_branch.to)
+            walk.on_interrupt(place_of(ev.variant.async_branch.from, walk.now()));
+          break;
         default: break;
       }
     }
@@ -299,8 +314,9 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
           }
         }
         for (size_t k = 0; k < keep; ++k) {
+          const bool cut = k + 1 == keep && last_insns < tail[k].ninsn;
           if (k + 1 == keep) tail[k].ninsn = static_cast<uint16_t>(last_insns);
-          process(tail[k]);
+          process(tail[k], cut);
         }
         tail.clear();
       }
@@ -335,6 +351,9 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
   for (auto& held : tail) process(held);
   s.t_end = walk.now();
   s.final_node = walk.final_node();
+  s.final_pending = static_cast<uint8_t>(walk.pending());
+  s.first_fn = walk.first_fn();
+  s.first_at_entry = walk.first_at_entry();
   pt_blk_free_decoder(dec);
   return ok_status();
 }
@@ -384,6 +403,9 @@ void PieceDecoder::commit(uint32_t cpu, uint64_t piece_begin, PieceScratch& s) {
   ps.cpu = cpu;
   ps.begin = piece_begin;
   ps.final_node = s.final_node;
+  ps.final_pending = s.final_pending;
+  ps.first_fn = s.first_fn;
+  ps.first_at_entry = s.first_at_entry;
   ps.nodes.reserve(s.node_touched.size());
   for (uint32_t n : s.node_touched) ps.nodes.emplace_back(n, s.node_insns[n]);
   pieces_.push_back(std::move(ps));

@@ -21,6 +21,9 @@ struct PieceStacks {
   size_t decoder = 0;
   std::vector<std::pair<uint32_t, uint64_t>> nodes;  // (node, instructions)
   uint32_t final_node = 0;
+  uint8_t final_pending = 0;       // PieceWalk::Pending at the piece's end
+  uint32_t first_fn = UINT32_MAX;  // PieceWalk::first_fn
+  bool first_at_entry = false;
 };
 
 // Blocks libipt may return without reading a packet before the piece is
@@ -57,6 +60,8 @@ class PieceDecoder {
     uint32_t fn = 0, ninsn = 0;
     bool at_entry = false;
   };
+  // Where an address is, for the walk: its function, whether it is the entry.
+  PieceWalk::Place place_of(uint64_t ip, uint64_t time) const;
   // Instructions of `block` before `stop`, or UINT32_MAX when stop is not
   // an instruction boundary inside it.
   uint32_t insns_before(const pt_block& block, uint64_t stop, uint64_t time) const;
@@ -73,6 +78,7 @@ class PieceDecoder {
   const DecodeOptions& options_;
   ImageCursor cursor_;
   std::vector<CacheEntry> cache_;
+  std::vector<FunctionKind> fn_kind_;  // by function id
   CallTree tree_;
   PieceScratch a_, b_;
   // Totals.

@@ -23,15 +23,26 @@ void CallTree::path_of(uint32_t node, std::vector<uint32_t>& path) const {
   std::reverse(path.begin(), path.end());
 }
 
-uint32_t PieceWalk::root_for(uint32_t fn) {
-  return reset_ ? tree_.child(0, fn)
-                : tree_.child(tree_.child(0, kStackMarker | std::min(underflows_, 0xffffu)), fn);
+FunctionKind function_kind_of(const std::string& name) {
+  for (const char* thunk : {"__x86_indirect_thunk_", "__x86_indirect_call_thunk_", "__x86_indirect_jump_thunk_",
+                            "__x86_indirect_its_thunk_"})
+    if (name.rfind(thunk, 0) == 0) return kFnThunk;
+  if (name == "__switch_to_asm") return kFnTaskSwitch;
+  return kFnPlain;
 }
 
-void PieceWalk::reset_stack() {
+uint32_t PieceWalk::root_for(uint32_t fn) {
+  if (reset_) return base_known_ ? tree_.child(0, fn) : tree_.child(tree_.child(0, base_unknown_), fn);
+  return tree_.child(tree_.child(0, kStackMarker | std::min(underflows_, 0xffffu)), fn);
+}
+
+void PieceWalk::reset_stack(bool base_known) {
   cur_ = 0;
   reset_ = true;
+  base_known_ = base_known;
   pending_ = Pending::None;
+  thunk_node_ = 0;
+  switch_depth_ = 0;
 }
 
 void PieceWalk::on_time(uint64_t time) {
@@ -42,23 +53,26 @@ void PieceWalk::on_time(uint64_t time) {
 }
 
 void PieceWalk::on_overflow() {
-  reset_stack();
+  reset_stack(false);
   leader_ = true;
   time_uncertain_ = true;  // until a later time arrives
 }
 
 void PieceWalk::on_tracing_changed() {
-  reset_stack();
+  reset_stack(true);
   leader_ = true;
 }
 
-void PieceWalk::on_interrupt() {
+void PieceWalk::on_interrupt(const Place& from) {
+  // The call, return or jump the last block ended with took effect: the
+  // interrupt struck at its destination, and the handler goes on top of it.
+  if (cur_ != 0 || pending_ == Pending::Push || !reset_) move(from);
   pending_ = Pending::Push;
   leader_ = true;
 }
 
 DecodeErrorKind PieceWalk::on_error(DecodeErrorKind kind) {
-  reset_stack();
+  reset_stack(false);
   return kind == DecodeErrorKind::NoText && time_uncertain_ ? DecodeErrorKind::Overflow : kind;
 }
 
@@ -72,38 +86,86 @@ void PieceWalk::count(uint32_t fn, uint32_t ninsn) {
   s_.blocks++;
 }
 
-void PieceWalk::on_block(const Block& b) {
-  uint32_t f = b.fn;
+void PieceWalk::count_call(uint32_t caller_node, uint32_t fn) {
+  const bool known = caller_node != 0 && !tree_.is_root(caller_node) && !is_unknown_base(caller_node);
+  const uint32_t caller = known ? tree_.node(caller_node).fn : Symbolizer::kUnknown;
+  s_.edges[(uint64_t{caller} << 32) | fn]++;
+  if (s_.fn_insns[fn] == 0 && s_.fn_calls[fn] == 0) s_.fn_touched.push_back(fn);
+  s_.fn_calls[fn]++;
+}
+
+void PieceWalk::move(const Place& b) {
+  const uint32_t f = b.fn;
+  if (cur_ == 0 && !reset_ && !landed_) {
+    landed_ = true;
+    first_fn_ = f;
+    first_at_entry_ = b.at_entry;
+  }
   // A call into its own function but not to its entry is no call: return
   // stack buffer stuffing (FILL_RETURN_BUFFER in __switch_to_asm and the
-  // entry code) calls the next instruction and never returns, so a frame
-  // for it would never be popped.
+  // entry code, the retpoline's inner call) calls the next instruction and
+  // never returns, so a frame for it would never be popped.
   if (pending_ == Pending::Call && cur_ != 0 && f == tree_.node(cur_).fn && f != Symbolizer::kUnknown && !b.at_entry)
     pending_ = Pending::None;
+  // Leaving a thunk, by its indirect jump or its retpoline return: the
+  // frame is the destination's, and so is the call that opened it.
+  // A thunk a function jumped to is left the same way, with no call.
+  if (thunk_node_ != 0 && cur_ == thunk_node_ && f != tree_.node(cur_).fn) {
+    const uint32_t below = tree_.node(cur_).parent;
+    if (thunk_called_) count_call(below, f);
+    cur_ = tree_.child(below, f);
+    thunk_node_ = 0;
+    pending_ = Pending::None;
+    return;
+  }
+  const uint32_t depth = cur_ == 0 ? 0 : tree_.node(cur_).depth;
   if (pending_ == Pending::Call) {
-    uint32_t caller = tree_.node(cur_).fn == UINT32_MAX ? Symbolizer::kUnknown : tree_.node(cur_).fn;
-    s_.edges[(uint64_t{caller} << 32) | f]++;
-    if (s_.fn_insns[f] == 0 && s_.fn_calls[f] == 0) s_.fn_touched.push_back(f);
-    s_.fn_calls[f]++;
-    cur_ = cur_ == 0 ? root_for(f) : tree_.child(cur_, f);
+    if (b.kind == kFnThunk) {
+      cur_ = cur_ == 0 ? root_for(f) : tree_.child(cur_, f);
+      thunk_node_ = cur_;  // the call is counted when the thunk is left
+      thunk_called_ = true;
+    } else {
+      count_call(cur_, f);
+      cur_ = cur_ == 0 ? root_for(f) : tree_.child(cur_, f);
+    }
+    if (b.kind == kFnTaskSwitch) switch_depth_ = tree_.node(cur_).depth;
   } else if (pending_ == Pending::Push) {
     cur_ = cur_ == 0 ? root_for(f) : tree_.child(cur_, f);
   } else if (cur_ == 0) {
     cur_ = root_for(f);
+  } else if (pending_ == Pending::Return && switch_depth_ != 0 && depth <= switch_depth_) {
+    // The return out of the task switch runs on the next task's stack.
+    cur_ = tree_.child(tree_.child(0, base_unknown_), f);
+    switch_depth_ = 0;
   } else if (pending_ == Pending::Return) {
     uint32_t p = tree_.node(cur_).parent;
-    if (tree_.is_root(p)) {
+    if (is_unknown_base(p)) {
+      cur_ = tree_.child(p, f);  // below a [base unknown]: nothing to pop
+    } else if (tree_.is_root(p)) {
       if (!reset_) ++underflows_;  // returned below where the piece began
       cur_ = root_for(f);
     } else {
       cur_ = tree_.node(p).fn == f ? p : tree_.child(tree_.node(p).parent, f);
     }
   } else if (tree_.node(cur_).fn != f) {
+    if (pending_ == Pending::Jump && b.at_entry && b.kind != kFnThunk) count_call(cur_, f);  // a tail call
     cur_ = tree_.child(tree_.node(cur_).parent, f);  // a jump into another function replaces the top
+    if (b.kind == kFnThunk) {
+      thunk_node_ = cur_;
+      thunk_called_ = false;
+    }
   }
-  count(f, b.ninsn);
+  pending_ = Pending::None;
+}
+
+void PieceWalk::on_block(const Block& b) {
+  move({b.fn, b.at_entry, b.kind});
+  count(b.fn, b.ninsn);
   leader_ = b.cls != kClsOther;
-  pending_ = b.cls == kClsCall ? Pending::Call : b.cls == kClsReturn ? Pending::Return : Pending::None;
+  pending_ = b.cls == kClsCall     ? Pending::Call
+             : b.cls == kClsReturn ? Pending::Return
+             : b.cls == kClsJump   ? Pending::Jump
+                                   : Pending::None;
 }
 
 }  // namespace kt

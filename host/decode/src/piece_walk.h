@@ -6,17 +6,29 @@
 //                 ends the uncertainty an overflow left.
 //   on_overflow   OVF: the stack is unknown (reset), the time is uncertain.
 //   on_tracing_changed  PGE/PGD: the stack restarts empty (reset).
-//   on_interrupt  an asynchronous branch: the next block is pushed on top.
+//   on_interrupt  an asynchronous branch: what the last instruction began
+//                 (a call, a return) lands where the interrupt struck, and
+//                 the next block is pushed on top of that.
 //   on_block      a run of instructions in one function: the stack moves by
 //                 what the previous block's last instruction was (call,
 //                 return, jump), and the counts grow.
 //   on_error      a decode error: the stack is unknown (reset); missing text
 //                 while the time is uncertain is the overflow's loss.
+// Two kinds of function move the stack their own way (FunctionKind):
+//   a retpoline thunk (__x86_indirect_thunk_*) is seen through: the frame a
+//   call into it opened, and the call, belong to the function it jumps or
+//   returns to;
+//   __switch_to_asm switches tasks: the return that leaves its frame lands
+//   on the next task's stack, whose lower frames this trace never saw. That
+//   stack restarts on a [base unknown] frame, never on the old task's frames.
+// After an overflow or an error, too, the stack restarts on [base unknown];
+// after tracing is enabled it restarts empty (the kernel was entered).
 // Each transition is a method with a unit test (piece_walk_test.cpp).
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -25,6 +37,11 @@
 namespace kt {
 
 enum InsnClass : uint8_t { kClsOther = 0, kClsCall, kClsReturn, kClsJump, kClsCond };
+
+// How a function moves the call stack (see above).
+enum FunctionKind : uint8_t { kFnPlain = 0, kFnThunk, kFnTaskSwitch };
+// The kind of a function by its name.
+FunctionKind function_kind_of(const std::string& name);
 
 // A stack node whose fn has this bit is a marker: "the stack the piece began
 // with, less (fn & ~kStackMarker) frames popped below it".
@@ -48,6 +65,9 @@ struct PieceScratch {
   uint64_t error_total = 0;  // errors other than overflow
   uint64_t t_end = 0;        // PT time at the end of the piece
   uint32_t final_node = 0;   // the stack at the end of the piece
+  uint8_t final_pending = 0; // PieceWalk::Pending: what its last instruction began
+  uint32_t first_fn = UINT32_MAX;  // where the piece's stack first landed on the one it began with
+  bool first_at_entry = false;     // ... at that function's entry
   std::map<DecodeErrorKind, uint64_t> error_counts;
   void reset();
 };
@@ -78,22 +98,32 @@ class CallTree {
 class PieceWalk {
  public:
   // What the previous block's last instruction makes of the next block.
-  enum class Pending { None, Call, Return, Push };
+  // Jump: a jump, which counts as a call when it enters another function at
+  // its entry (a tail call); None: straight-line code or a conditional branch.
+  enum class Pending { None, Call, Return, Push, Jump };
 
   struct Block {
     uint32_t fn = 0;        // Symbolizer function id (kUnknown: no symbol)
     uint32_t ninsn = 0;
     uint8_t cls = kClsOther;  // the class of its last instruction
     bool at_entry = false;  // it starts at its function's entry
+    FunctionKind kind = kFnPlain;
+  };
+  // Where an interrupt struck: the function of the FUP's address.
+  struct Place {
+    uint32_t fn = 0;
+    bool at_entry = false;
+    FunctionKind kind = kFnPlain;
   };
 
-  PieceWalk(CallTree& tree, PieceScratch& scratch, uint64_t start_time)
-      : tree_(tree), s_(scratch), now_(start_time) {}
+  // base_unknown: the function id of the [base unknown] frame.
+  PieceWalk(CallTree& tree, PieceScratch& scratch, uint64_t start_time, uint32_t base_unknown)
+      : tree_(tree), s_(scratch), now_(start_time), base_unknown_(base_unknown) {}
 
   void on_time(uint64_t time);
   void on_overflow();
   void on_tracing_changed();
-  void on_interrupt();
+  void on_interrupt(const Place& from);
   void on_block(const Block& block);
   // Returns the kind to count: NoText becomes Overflow while the time is uncertain.
   DecodeErrorKind on_error(DecodeErrorKind kind);
@@ -108,21 +138,38 @@ class PieceWalk {
   // The stack at the end of the piece; UINT32_MAX when it never had a block
   // and the stack it began with is unchanged.
   uint32_t final_node() const { return cur_ == 0 && !reset_ ? UINT32_MAX : cur_; }
+  // The function the piece first landed in on the stack it began with
+  // (UINT32_MAX: none, or the stack restarted first). The previous piece's
+  // last call or return lands there.
+  uint32_t first_fn() const { return first_fn_; }
+  bool first_at_entry() const { return first_at_entry_; }
 
  private:
   uint32_t root_for(uint32_t fn);
-  void reset_stack();
+  void reset_stack(bool base_known);
   void count(uint32_t fn, uint32_t ninsn);
+  void count_call(uint32_t caller_node, uint32_t fn);
+  // Moves the stack to function `at` by the pending transition.
+  void move(const Place& at);
+  bool is_unknown_base(uint32_t node) const { return node != 0 && tree_.node(node).depth == 1 && tree_.node(node).fn == base_unknown_; }
 
   CallTree& tree_;
   PieceScratch& s_;
   uint64_t now_;
+  uint32_t base_unknown_;
   uint32_t cur_ = 0;  // 0: no block yet, or the stack was reset
   Pending pending_ = Pending::None;
   // Until the trace is enabled in this piece, its stack continues the
   // previous piece's: roots hang under a marker counting the frames popped.
   uint32_t underflows_ = 0;
-  bool reset_ = false;  // the stack restarted empty in this piece
+  bool reset_ = false;  // the stack restarted in this piece
+  bool base_known_ = true;  // ... empty (true) or on [base unknown]
+  uint32_t first_fn_ = UINT32_MAX;
+  bool first_at_entry_ = false;
+  bool landed_ = false;  // first_fn_ is known
+  uint32_t thunk_node_ = 0;  // the frame a thunk runs in (0: none) ...
+  bool thunk_called_ = false;  // ... opened by a call (not a jump)
+  uint32_t switch_depth_ = 0;  // in __switch_to_asm's frame at this depth (0: not switching)
   bool leader_ = true;
   // After an overflow the time stays where it was until the next timing
   // packet, though the packets that follow may have run much later.

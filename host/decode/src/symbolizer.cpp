@@ -9,6 +9,25 @@
 
 namespace kt {
 
+namespace {
+
+bool ends_with(const std::string& s, const char* suffix) {
+  const size_t n = std::char_traits<char>::length(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+// Of symbols at one address, a higher rank names the address: markers of
+// sections and arrays rank lowest; among the rest, the later one wins.
+int alias_rank(const KernelSymbol& s) {
+  const std::string& n = s.name;
+  const bool marker = n.rfind("__start_", 0) == 0 || n.rfind("__stop_", 0) == 0 || n == "_stext" || n == "_etext" ||
+                      n == "_text" || (n.rfind("__", 0) == 0 && (ends_with(n, "_start") || ends_with(n, "_end"))) ||
+                      ends_with(n, "_array");
+  return marker ? 0 : 1;
+}
+
+}  // namespace
+
 Symbolizer::Symbolizer() {
   FunctionInfo unknown;
   unknown.name = "[unknown]";
@@ -50,9 +69,16 @@ Status Symbolizer::add_kallsyms(const std::string& kallsyms_text, const std::str
   if (!gs.symbols.empty())
     for (const auto& [name, n] : symbols_per_module)
       if (n == 0) stale_.modules_without_symbols.push_back(name);
+  for (const KernelSymbol* s : text)
+    if (s->name == "_stext") stext_ = s->address;
   for (size_t i = 0; i < text.size(); ++i) {
+    // Aliases at one address: the best name names it (a section or array
+    // marker such as __static_call_text_end loses to the function itself).
+    while (i + 1 < text.size() && text[i + 1]->address == text[i]->address) {
+      if (alias_rank(*text[i]) > alias_rank(*text[i + 1])) std::swap(text[i], text[i + 1]);
+      ++i;
+    }
     const auto& s = *text[i];
-    if (s.name == "_stext") stext_ = s.address;
     FunctionInfo f;
     f.start = s.address;
     f.end = i + 1 < text.size() ? text[i + 1]->address : s.address + 4096;
@@ -64,7 +90,7 @@ Status Symbolizer::add_kallsyms(const std::string& kallsyms_text, const std::str
     } else if (i + 1 < text.size() && !text[i + 1]->module.empty()) {
       f.end = std::min(f.end, s.address + 4096);
     }
-    if (f.end <= f.start) continue;  // aliases at one address: the last one names it
+    if (f.end <= f.start) continue;
     f.name = s.name;
     f.module = s.module.empty() ? "kernel" : s.module;
     functions_.push_back(std::move(f));
@@ -87,7 +113,8 @@ void Symbolizer::add_module_range(const std::string& name, uint64_t start, uint6
 void Symbolizer::finalize() {
   static_order_.clear();
   dynamic_order_.clear();
-  for (uint32_t i = 1; i < functions_.size(); ++i) (dynamic_[i] ? dynamic_order_ : static_order_).push_back(i);
+  for (uint32_t i = 1; i < functions_.size(); ++i)
+    if (i != base_unknown_) (dynamic_[i] ? dynamic_order_ : static_order_).push_back(i);
   auto by_start = [&](uint32_t a, uint32_t b) {
     if (functions_[a].start != functions_[b].start) return functions_[a].start < functions_[b].start;
     return functions_[a].begin < functions_[b].begin;
@@ -106,6 +133,14 @@ void Symbolizer::finalize() {
     functions_.push_back(std::move(f));
     dynamic_.push_back(false);
     module_unknown_.push_back(static_cast<uint32_t>(functions_.size() - 1));
+  }
+  if (base_unknown_ == kUnknown) {
+    FunctionInfo f;
+    f.name = "[base unknown]";
+    f.module = "kernel";
+    functions_.push_back(std::move(f));
+    dynamic_.push_back(false);
+    base_unknown_ = static_cast<uint32_t>(functions_.size() - 1);
   }
 }
 

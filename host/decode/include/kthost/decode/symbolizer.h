@@ -54,6 +54,10 @@ class Symbolizer {
   void add_module_range(const std::string& name, uint64_t start, uint64_t size);
   // Sorts; call after adding, before lookups.
   void finalize();
+  // A frame no address maps to: "[base unknown]", the bottom of a call stack
+  // whose lower frames the trace cannot know (the task switched in, or the
+  // stack was lost to an error). Exists once finalize() ran.
+  uint32_t base_unknown() const { return base_unknown_; }
 
   // Function id for `ip` at PT time `time` (kUnknown when none).
   uint32_t lookup(uint64_t ip, uint64_t time) const;
@@ -81,6 +85,7 @@ class Symbolizer {
   std::vector<ModuleRange> modules_;
   std::vector<uint32_t> module_unknown_;  // per module: its "[unknown]" function
   uint64_t stext_ = 0;
+  uint32_t base_unknown_ = kUnknown;
   StaleSymbols stale_;
   std::unique_ptr<DwarfLines> dwarf_;
 };
