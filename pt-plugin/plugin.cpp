@@ -4,7 +4,12 @@
 // little-endian u64; consecutive iterations of one REP string instruction are
 // written once, and an instruction that faulted is left out, as PT shows them).
 //
-//   -plugin file=ktpt.so,out=DIR[,gt=on][,psb=4096][,trigger=PATH][,defer=BYTES]
+//   -plugin file=ktpt.so,out=DIR[,gt=on][,truth=on][,psb=4096][,trigger=PATH][,defer=BYTES]
+//
+// truth=on: the ground truth of call stacks from the guest's stack slots
+// (truth_stacks.h), written per trace as OUT/cpuN.truth-G (G: the trigger's
+// switch-off count, so 1 for the first trace) when the trigger goes off and
+// at exit.
 //
 // trigger=PATH: trace only while PATH exists (polled every 20 ms), so that a
 // test can trace a workload and not the boot.  Each time the trigger goes
@@ -33,6 +38,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +47,7 @@
 #include "kthost_shared.h"
 #include "pt_encoder.h"
 #include "qemu_plugin_api.h"
+#include "truth_stacks.h"
 
 extern "C" {
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
@@ -70,12 +77,15 @@ struct alignas(64) Vcpu {
   unsigned gt_mem_count = 0;           // ... and the memory callbacks it got so far
   uint64_t gt_faults = 0;              // recorded instructions removed as not retired
   uint32_t stopped_generation = 0;     // the last trigger-off this vCPU has confirmed
+  std::unique_ptr<ktpt::TruthStacks> truth;  // truth=on
+  bool iret_loaded = false;            // the current block's IRET reported its first load
 };
 
 struct Config {
   std::string out_dir;
   std::string trigger;
   bool ground_truth = false;
+  bool truth_stacks = false;
   ktpt::EncoderOptions options;
 };
 
@@ -90,6 +100,9 @@ std::atomic<uint32_t> g_off_generation{0};
 std::atomic<bool> g_stop_poller{false};
 std::thread* g_poller = nullptr;
 const ktpt::Block& g_user_block = *new ktpt::Block;  // kernel == false
+// truth=on: every kernel block by id (translation runs on several threads).
+std::mutex& g_blocks_lock = *new std::mutex;
+std::vector<const ktpt::Block*>& g_blocks = *new std::vector<const ktpt::Block*>;
 
 uint64_t host_tsc(void*) { return __rdtsc(); }
 
@@ -138,6 +151,7 @@ Vcpu* vcpu_state(unsigned index) {
     v.encoder = std::make_unique<ktpt::VcpuEncoder>(g_config.options, host_tsc, nullptr);
     v.pt_fd = open_output(index, KTHOST_PT_FILE_PACKETS);
     if (g_config.ground_truth) v.gt_fd = open_output(index, KTHOST_PT_FILE_GROUND_TRUTH);
+    if (g_config.truth_stacks) v.truth = std::make_unique<ktpt::TruthStacks>();
     v.write_failed = v.pt_fd < 0 || (g_config.ground_truth && v.gt_fd < 0);
     v.gt.reserve(kGtFlushEntries);
   }
@@ -157,6 +171,22 @@ void write_stopped_marker(unsigned index, uint32_t generation) {
   std::fclose(f);
 }
 
+// OUT/cpuN.truth-G: this trace's stack truth; then it starts afresh.
+void write_truth(unsigned index, Vcpu& v, uint32_t generation) {
+  if (!v.truth) return;
+  const std::string path = output_path(index, ".truth-") + std::to_string(generation);
+  if (FILE* f = std::fopen(path.c_str(), "w")) {
+    std::vector<const ktpt::Block*> blocks;
+    {
+      std::lock_guard<std::mutex> lock(g_blocks_lock);
+      blocks = g_blocks;
+    }
+    v.truth->write(f, index, blocks);
+    std::fclose(f);
+  }
+  v.truth->reset();
+}
+
 // Tracing is off: end this vCPU's stream, write it out, and confirm each
 // switch-off once.  Only on the vCPU's own thread.
 void settle_disabled(unsigned index, Vcpu& v) {
@@ -168,6 +198,7 @@ void settle_disabled(unsigned index, Vcpu& v) {
   const uint32_t generation = g_off_generation.load(std::memory_order_acquire);
   if (v.stopped_generation != generation) {
     flush(v);
+    write_truth(index, v, generation);
     v.stopped_generation = generation;
     write_stopped_marker(index, generation);
   }
@@ -180,8 +211,14 @@ void on_block(unsigned index, const ktpt::Block& block) {
     settle_disabled(index, *v);
     return;
   }
+  if (!v->tracing && v->truth) v->truth->reset();  // a new trace: nothing seen yet
   v->tracing = true;
   v->encoder->on_block(block);
+  if (v->truth) {
+    if (block.kernel) v->truth->on_kernel_block(block, block.id);
+    else v->truth->on_user();
+    v->iret_loaded = false;
+  }
   if (v->encoder->output().size() >= kFlushBytes) flush(*v);
 }
 
@@ -237,6 +274,24 @@ void gt_mem_access(unsigned index, qemu_plugin_meminfo_t, uint64_t, void*) {
   if (index < g_vcpus.size()) ++g_vcpus[index].gt_mem_count;
 }
 
+// truth=on: the memory accesses of a kernel block's last instruction when it
+// is a call, return or IRET: the slot of the frame it pushes or pops.
+void truth_mem_access(unsigned index, qemu_plugin_meminfo_t info, uint64_t vaddr, void* userdata) {
+  if (index >= g_vcpus.size()) return;
+  Vcpu& v = g_vcpus[index];
+  if (!v.tracing || !v.truth) return;
+  const auto* b = static_cast<const ktpt::Block*>(userdata);
+  const bool store = qemu_plugin_mem_is_store(info);
+  if (store) {
+    if (b->end == ktpt::EndKind::DirectCall || b->end == ktpt::EndKind::Indirect) v.truth->on_call(vaddr, b->next);
+  } else if (b->end == ktpt::EndKind::Return) {
+    v.truth->on_return(vaddr);
+  } else if (b->end == ktpt::EndKind::Iret && !v.iret_loaded) {
+    v.iret_loaded = true;  // RIP is popped first
+    v.truth->on_iret(vaddr);
+  }
+}
+
 void tb_translate(qemu_plugin_id_t, struct qemu_plugin_tb* tb) {
   const size_t n = qemu_plugin_tb_n_insns(tb);
   const uint64_t start = qemu_plugin_tb_vaddr(tb);
@@ -264,6 +319,10 @@ void tb_translate(qemu_plugin_id_t, struct qemu_plugin_tb* tb) {
       block->next = address + size;
       block->end = c.kind;
       block->target = c.target;
+      const bool moves_a_frame = c.kind == ktpt::EndKind::DirectCall || c.kind == ktpt::EndKind::Indirect ||
+                                 c.kind == ktpt::EndKind::Return || c.kind == ktpt::EndKind::Iret;
+      if (g_config.truth_stacks && moves_a_frame)
+        qemu_plugin_register_vcpu_mem_cb(insn, truth_mem_access, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW, block);
     }
     if (g_config.ground_truth) {
       const ktpt::InsnFacts facts = ktpt::instruction_facts(bytes, size);
@@ -275,6 +334,11 @@ void tb_translate(qemu_plugin_id_t, struct qemu_plugin_tb* tb) {
                                          nullptr);
       }
     }
+  }
+  if (g_config.truth_stacks) {
+    std::lock_guard<std::mutex> lock(g_blocks_lock);
+    block->id = static_cast<uint32_t>(g_blocks.size());
+    g_blocks.push_back(block);
   }
   qemu_plugin_register_vcpu_tb_exec_cb(tb, kernel_tb_exec, QEMU_PLUGIN_CB_NO_REGS, block);
 }
@@ -319,6 +383,7 @@ void at_exit(qemu_plugin_id_t, void*) {
     if (v.pt_fd >= 0) close(v.pt_fd);
     if (v.gt_fd >= 0) close(v.gt_fd);
     write_stats(i, v);
+    if (v.tracing) write_truth(i, v, g_off_generation.load() + 1);
     write_stopped_marker(i, g_off_generation.load());
   }
   qemu_plugin_outs("ktpt: trace written\n");
@@ -364,6 +429,8 @@ bool parse_args(int argc, char** argv, std::string& error) {
       g_config.out_dir = value;
     } else if (key == "gt") {
       g_config.ground_truth = value == "on" || value == "true" || value == "1";
+    } else if (key == "truth") {
+      g_config.truth_stacks = value == "on" || value == "true" || value == "1";
     } else if (key == "trigger") {
       g_config.trigger = value;
     } else if (key == "psb" || key == "defer") {
@@ -376,7 +443,7 @@ bool parse_args(int argc, char** argv, std::string& error) {
       if (key == "psb") g_config.options.psb_interval = static_cast<uint32_t>(n);
       else g_config.options.deferred_limit = static_cast<size_t>(n);
     } else {
-      error = "unknown argument " + arg + " (out=DIR, gt=on, psb=BYTES, trigger=PATH, defer=BYTES)";
+      error = "unknown argument " + arg + " (out=DIR, gt=on, truth=on, psb=BYTES, trigger=PATH, defer=BYTES)";
       return false;
     }
   }

@@ -154,9 +154,7 @@ void VcpuEncoder::flush_tnt() {
   emit(packet, sink());
 }
 
-void VcpuEncoder::emit_psb(bool with_fup, uint64_t ip) {
-  flush_tnt();
-  std::vector<uint8_t>& to = sink();
+void VcpuEncoder::write_psb(std::vector<uint8_t>& to, uint64_t tsc, bool with_fup, uint64_t ip) {
   pt_packet packet;
   std::memset(&packet, 0, sizeof packet);
   packet.type = ppt_psb;
@@ -168,15 +166,20 @@ void VcpuEncoder::emit_psb(bool with_fup, uint64_t ip) {
   emit(packet, to);
   std::memset(&packet, 0, sizeof packet);
   packet.type = ppt_tsc;
-  packet.payload.tsc.tsc = clock_(clock_context_);
+  packet.payload.tsc.tsc = tsc;
   emit(packet, to);
-  last_ip_valid_ = false;  // PSB resets the decoder's last IP
-  if (with_fup) emit_ip(ppt_fup, ip, to, true);
+  if (with_fup) emit_ip(ppt_fup, ip, to, false);  // a PSB resets the decoder's last IP: never compressed
   std::memset(&packet, 0, sizeof packet);
   packet.type = ppt_psbend;
   emit(packet, to);
-  since_psb_ = 0;
   ++stats_.psbs;
+}
+
+void VcpuEncoder::emit_psb(bool with_fup, uint64_t ip) {
+  flush_tnt();
+  write_psb(sink(), clock_(clock_context_), with_fup, ip);
+  last_ip_valid_ = false;
+  since_psb_ = 0;
 }
 
 void VcpuEncoder::learn_entry(uint64_t address) {
@@ -202,7 +205,7 @@ void VcpuEncoder::open_frame(const Block* interrupted, uint64_t handler, bool ch
   flush_tnt();
   learn_entry(handler);
   ++stats_.events;
-  frames_.push_back(Frame{interrupted, handler, deferred_.size(), chained});
+  frames_.push_back(Frame{interrupted, handler, deferred_.size(), chained, clock_(clock_context_)});
 }
 
 void VcpuEncoder::close_frame(size_t index, std::vector<uint8_t>&& prefix) {
@@ -267,7 +270,7 @@ void VcpuEncoder::give_up_top() {
   std::memset(&packet, 0, sizeof packet);
   packet.type = ppt_ovf;
   emit(packet, prefix);
-  emit_ip(ppt_fup, frames_.back().handler, prefix, false);
+  write_psb(prefix, frames_.back().time, true, frames_.back().handler);
   ++stats_.overflows;
   close_frame(frames_.size() - 1, std::move(prefix));
 }

@@ -20,8 +20,11 @@
 // of the handler's.  A handler that sleeps (a page fault waiting for a page)
 // lets other contexts run and open frames of their own, so an IRET may also
 // resolve a frame below the innermost one when only that frame's block fits.  A frame that cannot be resolved (its IRET goes elsewhere,
-// the side buffer fills up, tracing stops) becomes OVF + FUP(handler): the
-// tail of the interrupted block is lost, and counted.
+// the side buffer fills up, tracing stops) becomes OVF + PSB+ (with the
+// handler's FUP): the tail of the interrupted block is lost, and counted.
+// The PSB+'s TSC (the clock when the frame opened) gives a decoder the time
+// again at once, so that it never picks text by the stale time an overflow
+// leaves, and a place to start decoding anew.
 #ifndef KTHOST_PT_ENCODER_H
 #define KTHOST_PT_ENCODER_H
 
@@ -60,6 +63,7 @@ struct Block {
   EndKind end = EndKind::Fallthrough;
   bool kernel = false;
   uint32_t n_insns = 0;
+  uint32_t id = 0;                     // the plugin's number for it (truth=on)
   std::vector<uint16_t> insn_offsets;  // offset of each instruction from start
 
   bool contains_insn(uint64_t address) const;
@@ -113,6 +117,7 @@ class VcpuEncoder {
     uint64_t handler;          // first block of the handler
     size_t offset;             // where the handler's packets start in deferred_
     bool chained;              // interrupted is the IRET that ends the frame below
+    uint64_t time;             // the clock when it opened: an OVF in its place carries it
   };
 
   std::vector<uint8_t>& sink() { return frames_.empty() ? out_ : deferred_; }
@@ -123,6 +128,9 @@ class VcpuEncoder {
   void emit_tnt_bit(bool taken);
   void flush_tnt();
   void emit_psb(bool with_fup, uint64_t ip);
+  // PSB+ (PSB, MODE.Exec, TSC, FUP, PSBEND) into `to`, with no change to the
+  // encoder's own stream state.
+  void write_psb(std::vector<uint8_t>& to, uint64_t tsc, bool with_fup, uint64_t ip);
   void open_frame(const Block* interrupted, uint64_t handler, bool chained);
   long find_frame(uint64_t resume) const;
   void resolve_frame(size_t index, uint64_t resume);

@@ -72,6 +72,8 @@ typedef void (*qemu_plugin_vcpu_tb_trans_cb_t)(qemu_plugin_id_t id, struct qemu_
 typedef uint32_t qemu_plugin_meminfo_t;
 typedef void (*qemu_plugin_vcpu_mem_cb_t)(unsigned int vcpu_index, qemu_plugin_meminfo_t info,
                                           uint64_t vaddr, void *userdata);
+/* Whether a memory callback's access was a store (else a load). */
+bool qemu_plugin_mem_is_store(qemu_plugin_meminfo_t info);
 
 void qemu_plugin_register_vcpu_init_cb(qemu_plugin_id_t id, qemu_plugin_vcpu_simple_cb_t cb);
 void qemu_plugin_register_vcpu_exit_cb(qemu_plugin_id_t id, qemu_plugin_vcpu_simple_cb_t cb);

@@ -40,7 +40,7 @@ int run(const std::vector<std::string>& args) {
   opt.value("to", "T", "end of the --itrace window (PT time, default: the end)");
   opt.value("vmlinux", "FILE", "vmlinux with debuginfo: source file:line for functions");
   opt.value("threads", "N", "decoder threads (default: every core)");
-  opt.value("align-window", "T", "try text versions moved by T PT time units where a piece has errors (default 0)");
+  opt.value("align-window", "T", "try text versions moved by T PT time units where a piece has errors (0: never; default: the piece's own span)");
   opt.flag("quiet", "no progress on stderr");
   opt.flag("no-pt-check", "do not reject PT streams with bad packets (hardware AUX loss); the decoder counts them");
   if (auto exit_status = parse_command_line(opt, kName, args)) return *exit_status;
@@ -71,7 +71,7 @@ int run(const std::vector<std::string>& args) {
 
   DecodeOptions dopt;
   dopt.threads = static_cast<unsigned>(threads.value_or(0));
-  dopt.align_window = window.value_or(0);
+  dopt.align_window = window.value_or(kAlignAuto);
   bool progress = !opt.has("quiet") && ::isatty(2);
   if (progress)
     dopt.progress = [](uint64_t done, uint64_t total) {

@@ -117,7 +117,7 @@ def main():
 
     errors, errors_ips = perf_errors(export_dir)
     by_kind = collections.Counter(msg for _, msg in errors)
-    ke = {k: v for k, v in report.get("errors", {}).items() if k != "examples"}
+    ke = {k: v for k, v in report.get("errors", {}).items() if k not in ("examples", "skipped_bytes")}
     print(f"decode errors: perf {len(errors)} ({', '.join(f'{n} {m}' for m, n in by_kind.most_common()) or 'none'}); "
           f"kthost {sum(v for v in ke.values() if isinstance(v, int))} ({', '.join(f'{v} {k}' for k, v in ke.items())})")
 

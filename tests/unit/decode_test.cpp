@@ -293,6 +293,61 @@ TEST_F(DecodeTest, MissingTextRightAfterAnOverflowIsTheOverflows) {
   EXPECT_EQ(p.errors[2].time, 200u);
 }
 
+// The static check of stacks: each caller -> callee step must be a call the
+// caller's machine code can make.
+TEST_F(DecodeTest, EveryStackStepHasACallSiteInTheCallersText) {
+  auto b = core_bundle();
+  test::PtWriter w;
+  w.psb(100);
+  test::walk(w, test::main_program(), kMain, test::main_decisions());
+  b.pt[0] = w.finish();
+  Analysis a = open(b);
+  Profile p = decode(a);
+  EXPECT_EQ(p.stack_edges.steps, 1u);  // main_func -> f_func
+  EXPECT_EQ(p.stack_edges.failed, 0u);
+  EXPECT_EQ(p.stack_edges.unchecked, 0u);
+  // A step main_func's text cannot make: it calls only f_func.
+  const uint32_t main_id = a.symbols.lookup(kMain, 0), g_id = a.symbols.lookup(kG, 0);
+  Profile fake;
+  fake.stacks[{main_id, g_id}] = 7;
+  fake.stacks[{main_id, a.symbols.lookup(kF, 0)}] = 5;
+  StackEdgeCheck e = check_stack_edges(fake, *a.image, a.symbols);
+  EXPECT_EQ(e.steps, 2u);
+  EXPECT_EQ(e.failed, 1u);
+  EXPECT_EQ(e.failed_insns, 7u);
+  ASSERT_EQ(e.examples.size(), 1u);
+  EXPECT_EQ(e.examples[0], std::make_pair(main_id, g_id));
+  // Below [base unknown] nothing is claimed.
+  fake.stacks.clear();
+  fake.stacks[{a.symbols.base_unknown(), g_id}] = 3;
+  EXPECT_EQ(check_stack_edges(fake, *a.image, a.symbols).steps, 0u);
+}
+
+// The software PT plugin follows an OVF with a PSB+ carrying the time
+// execution resumed: text loaded after the last timing packet is found, and
+// nothing after the overflow is lost.
+TEST_F(DecodeTest, APsbAfterAnOverflowGivesTheTimeTextIsPickedBy) {
+  constexpr uint64_t kMod = 0xffffffffc0200000ull;
+  auto b = core_bundle();
+  b.modules = "dummy 4096 0 - Live 0xffffffffc0200000\n";
+  b.text.push_back(test::text_record(TextSource::Load, 150, kMod, {0x90, 0x90, 0xc3}, "dummy"));
+  test::PtWriter w;
+  w.psb(100);
+  w.ovf();
+  w.psb_at(200, kMod);  // tracing resumes in the module, loaded at 150
+  w.tip(kMain);
+  b.pt[0] = w.finish();
+  Analysis a = open(b);
+  Profile p = decode(a);
+  EXPECT_EQ(p.error_counts[DecodeErrorKind::Overflow], 1u);
+  EXPECT_EQ(p.error_counts.count(DecodeErrorKind::NoText), 0u);
+  EXPECT_EQ(p.skipped_bytes, 0u);
+  uint64_t in_module = 0;
+  for (const auto& [id, c] : p.functions)
+    if (a.symbols.function(id).module == "dummy") in_module += c.insns;
+  EXPECT_EQ(in_module, 3u);
+}
+
 // Text that loops with no branch needing trace (here `1: pause; jmp 1b`, as
 // in panic_smp_self_stop) makes libipt return blocks forever without reading
 // a packet. The decode must stop it, say where, and go on with the next piece.

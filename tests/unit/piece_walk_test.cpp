@@ -223,7 +223,7 @@ TEST_F(PieceWalkTest, AThunkLeftByItsIndirectJumpIsSeenThroughToo) {
   EXPECT_EQ(s_.fn_calls[kB], 1u);
 }
 
-TEST_F(PieceWalkTest, ATailCallThroughAThunkReplacesTheTopWithNoCall) {
+TEST_F(PieceWalkTest, ATailCallThroughAThunkReplacesTheTopAndCountsAsATailCall) {
   PieceWalk w = walk(0);
   w.on_block(block(kA, kClsCall));
   w.on_block(block(kB, kClsJump));      // B: jmp __x86_indirect_thunk_rax
@@ -232,7 +232,19 @@ TEST_F(PieceWalkTest, ATailCallThroughAThunkReplacesTheTopWithNoCall) {
   w.on_block(block(kC, kClsOther));
   EXPECT_EQ(stack(w), "M0>A>C");
   EXPECT_EQ(s_.fn_calls[kThunk], 0u);
-  EXPECT_EQ(s_.fn_calls[kC], 0u);
+  EXPECT_EQ(s_.fn_calls[kC], 1u);  // B tail-called C
+  EXPECT_EQ((s_.edges[(uint64_t{kB} << 32) | kC]), 1u);
+}
+
+TEST_F(PieceWalkTest, AJumpThroughAThunkIntoTheMiddleOfAFunctionIsNoCall) {
+  // A switch's jump table through the thunk.
+  PieceWalk w = walk(0);
+  w.on_block(block(kA, kClsCall));
+  w.on_block(block(kB, kClsJump));
+  w.on_block(block(kThunk, kClsJump, 2));
+  w.on_block(block(kB, kClsOther, 4, /*at_entry=*/false));
+  EXPECT_EQ(stack(w), "M0>A>B");
+  EXPECT_EQ(s_.fn_calls[kB], 1u);  // the call from A only
 }
 
 TEST_F(PieceWalkTest, TheReturnOutOfATaskSwitchLandsOnAnUnknownBaseNotTheOldTasksFrames) {

@@ -12,6 +12,7 @@
 
 #include "classify.h"
 #include "pt_encoder.h"
+#include "plugin_blocks.h"
 
 namespace {
 
@@ -20,19 +21,7 @@ using ktpt::EndKind;
 
 uint64_t fixed_clock(void*) { return 0x1234; }
 
-// A kernel block of `n` 2-byte instructions at `start`, ending as `end`.
-Block kblock(uint64_t start, uint32_t n, EndKind end, uint64_t target = 0) {
-  Block b;
-  b.start = start;
-  b.kernel = true;
-  b.n_insns = n;
-  for (uint32_t i = 0; i < n; ++i) b.insn_offsets.push_back(static_cast<uint16_t>(2 * i));
-  b.last = start + 2 * (n - 1);
-  b.next = b.last + 2;
-  b.end = end;
-  b.target = target;
-  return b;
-}
+using ktpt::testing::kblock;
 
 std::string hex(uint64_t v) {
   char buf[32];
@@ -274,8 +263,8 @@ TEST(PtEncoder, UnresolvableFrameBecomesOverflow) {
   r.run(kblock(K + 0x900, 1, EndKind::Iret));
   r.run(kblock(K + 0x700, 1, EndKind::ToUser));  // neither the target nor next: unknown
   r.from_user();
-  EXPECT_EQ(r.finish(), with_header({"tip.pge ffffffff81000100", "ovf", "fup ffffffff81000900",
-                                     "tip ffffffff81000700", "tip.pgd"}));
+  EXPECT_EQ(r.finish(), with_header({"tip.pge ffffffff81000100", "ovf", "psb", "mode.exec 64", "tsc 1234",
+                                     "fup ffffffff81000900", "psbend", "tip ffffffff81000700", "tip.pgd"}));
   EXPECT_EQ(r.encoder.stats().overflows, 1u);
 }
 

@@ -5,6 +5,11 @@
 # trampolines), loads and unloads a module, toggles a static key and makes
 # syscalls; then `kthost report`. With --check it also requires:
 #   - the workload's kernel functions appear in the report;
+#   - against the plugin's call-stack truth (truth=on: the guest's stack
+#     slots, tests/tools/check-stacks.py): per-function instruction counts
+#     with precision and recall >= 99.9%, no stack deeper than the truth's
+#     deepest, at least half of the instructions on exactly the true stack
+#     (the share, the calls per function and the worst stacks are printed);
 #   - the BPF programs appear, by name;
 #   - zero "no text" decode errors;
 #   - zero guard misses;
@@ -67,7 +72,7 @@ say "2. define and start domain $NAME (TCG, software PT plugin)"
 "$LV" undefine "$NAME" >/dev/null 2>&1 || true
 mkdir -p "$WORK/pt"
 "$LV" define "$BUILD/vm-image" --name "$NAME" --accel tcg \
-  --plugin "$BUILD/pt-plugin/ktpt.so,out=$WORK/pt,trigger=$WORK/pt-on" >/dev/null
+  --plugin "$BUILD/pt-plugin/ktpt.so,out=$WORK/pt,trigger=$WORK/pt-on,truth=on" >/dev/null
 "$LV" start "$NAME" --timeout 300 >/dev/null
 
 say "3. kthost trace --domain $NAME -- WORKLOAD (the bundle gets its default name in $WORK)"
@@ -100,10 +105,17 @@ set -e
 
 say "4. kthost report $BUNDLE"
 "$K" report "$BUNDLE" --top 20 --quiet
-"$K" report "$BUNDLE" --json --top 1000000 --quiet >"$WORK/report.json"
+"$K" report "$BUNDLE" --json --top 1000000 --quiet --folded "$WORK/folded.txt" >"$WORK/report.json"
 
 [ $CHECK = 1 ] || exit 0
 say "5. checks"
+# Call stacks, per-function instruction and call counts against the
+# plugin's truth from the guest's stack pointer (the first trace's files),
+# in the background while the other checks run; its verdict comes at the end.
+"$SRC/tests/tools/check-stacks.py" "$BUNDLE" "$WORK/folded.txt" "$WORK/report.json" "$WORK"/pt/cpu*.truth-1 \
+  --json "$WORK/stacks-check.json" --min-function-recall 0.999 --max-deepest-excess 0 --min-exact 0.5 \
+  >"$WORK/stacks-check.log" 2>&1 &
+STACKS=$!
 # The bundle's BPF text against the guest kernel's own JIT bytes
 # (jited_prog_insns, written by ktprobe in the guest), by a separate parser.
 "$SRC/tests/tools/check-bpf-text.py" "$BUNDLE" "$WORK/bpf.txt" || { say "FAIL  BPF text"; exit 1; }
@@ -157,6 +169,14 @@ while :; do
   say "   nothing to compare in trace $attempt (perf errors on the vCPUs that matter): tracing the workload again"
   attempt=$((attempt + 1))
 done
+
+say "   call stacks and counts against the plugin's stack truth (tests/tools/check-stacks.py)"
+set +e
+wait $STACKS
+rc=$?
+set -e
+cat "$WORK/stacks-check.log"
+[ $rc -eq 0 ] || { say "FAIL  stacks against the truth"; exit 1; }
 
 state=$(virsh -q -c qemu:///system domstate "$NAME")
 set +e

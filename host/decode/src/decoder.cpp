@@ -60,6 +60,7 @@ std::vector<Piece> split_at_psb(uint32_t cpu, const std::vector<uint8_t>& stream
     if (!pieces.empty()) {
       pieces.back().end = offset;
       pieces.back().next_fup = fup;
+      pieces.back().end_time = p.time;
     }
     pieces.push_back(p);
   }
@@ -257,6 +258,7 @@ Result<Profile> decode_profile(const std::map<uint32_t, std::vector<uint8_t>>& s
   std::vector<PieceStacks> stacks;
   for (size_t i = 0; i < decoders.size(); ++i) decoders[i]->merge_into(out, i, stacks);
   stitch_stacks(stacks, decoders, symbols.base_unknown(), out);
+  out.stack_edges = check_stack_edges(out, image, symbols);
   std::sort(out.errors.begin(), out.errors.end(), [](const DecodeErrorRecord& a, const DecodeErrorRecord& b) {
     return a.cpu != b.cpu ? a.cpu < b.cpu : a.offset < b.offset;
   });

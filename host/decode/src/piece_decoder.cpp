@@ -79,7 +79,7 @@ void PieceScratch::reset() {
   new_blocks.clear();
   errors.clear();
   error_counts.clear();
-  insns = blocks = error_total = t_end = 0;
+  insns = blocks = error_total = t_end = skipped_bytes = 0;
 }
 
 PieceDecoder::PieceDecoder(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
@@ -333,6 +333,7 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
       tail.clear();
       record(DecodeErrorKind::Other, 0, block.ip,
              "the text loops with no branch that needs trace (a cycle of direct jumps): the piece's rest is skipped");
+      s.skipped_bytes += (piece.end - piece.begin) - std::min(offset, piece.end - piece.begin);
       status = pt_blk_sync_forward(dec);
       continue;
     }
@@ -341,6 +342,7 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
       for (auto& held : tail) process(held);
       tail.clear();
       record(classify_pt_error(status), status, block.ninsn ? block.end_ip : block.ip);
+      s.skipped_bytes += (piece.end - piece.begin) - std::min(offset, piece.end - piece.begin);
       status = pt_blk_sync_forward(dec);  // the next PSB is the next piece's: this ends the piece
       continue;
     }
@@ -362,6 +364,7 @@ Status PieceDecoder::decode(const Piece& piece) {
   a_.reset();
   KT_TRY(run(piece, 0, a_));
   uint64_t w = options_.align_window;
+  if (w == kAlignAuto) w = piece.end_time > piece.time && piece.time != 0 ? piece.end_time - piece.time : 0;
   if (a_.error_total > 0 && w > 0) {
     // Is there a text change close enough to this piece to be misaligned?
     const auto& order = image_.by_begin();
@@ -414,6 +417,7 @@ void PieceDecoder::commit(uint32_t cpu, uint64_t piece_begin, PieceScratch& s) {
   for (auto& e : s.errors)
     if (total_.errors.size() < options_.max_error_examples) total_.errors.push_back(e);
   for (const auto& [k, v] : s.error_counts) total_.error_counts[k] += v;
+  total_.skipped_bytes += s.skipped_bytes;
   total_.insns += s.insns;
   total_.blocks += s.blocks;
   total_.cpu_insns[cpu] += s.insns;
@@ -442,6 +446,7 @@ void PieceDecoder::merge_into(Profile& out, size_t index, std::vector<PieceStack
   out.blocks_seen.insert(total_.blocks_seen.begin(), total_.blocks_seen.end());
   for (const auto& e : total_.errors) out.errors.push_back(e);
   for (const auto& [k, v] : total_.error_counts) out.error_counts[k] += v;
+  out.skipped_bytes += total_.skipped_bytes;
   out.alignment_retries += total_.alignment_retries;
   out.alignment_fixed += total_.alignment_fixed;
   out.image_rebuilds += cursor_.rebuilds();

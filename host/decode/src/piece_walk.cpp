@@ -86,9 +86,12 @@ void PieceWalk::count(uint32_t fn, uint32_t ninsn) {
   s_.blocks++;
 }
 
-void PieceWalk::count_call(uint32_t caller_node, uint32_t fn) {
-  const bool known = caller_node != 0 && !tree_.is_root(caller_node) && !is_unknown_base(caller_node);
-  const uint32_t caller = known ? tree_.node(caller_node).fn : Symbolizer::kUnknown;
+uint32_t PieceWalk::function_of(uint32_t node) const {
+  const bool known = node != 0 && !tree_.is_root(node) && !is_unknown_base(node);
+  return known ? tree_.node(node).fn : Symbolizer::kUnknown;
+}
+
+void PieceWalk::count_call(uint32_t caller, uint32_t fn) {
   s_.edges[(uint64_t{caller} << 32) | fn]++;
   if (s_.fn_insns[fn] == 0 && s_.fn_calls[fn] == 0) s_.fn_touched.push_back(fn);
   s_.fn_calls[fn]++;
@@ -109,10 +112,12 @@ void PieceWalk::move(const Place& b) {
     pending_ = Pending::None;
   // Leaving a thunk, by its indirect jump or its retpoline return: the
   // frame is the destination's, and so is the call that opened it.
-  // A thunk a function jumped to is left the same way, with no call.
+  // A thunk a function jumped to is left the same way: a tail call when it
+  // enters the destination at its entry.
   if (thunk_node_ != 0 && cur_ == thunk_node_ && f != tree_.node(cur_).fn) {
     const uint32_t below = tree_.node(cur_).parent;
-    if (thunk_called_) count_call(below, f);
+    if (thunk_called_) count_call(function_of(below), f);
+    else if (b.at_entry) count_call(thunk_from_, f);  // a tail call through the thunk
     cur_ = tree_.child(below, f);
     thunk_node_ = 0;
     pending_ = Pending::None;
@@ -125,7 +130,7 @@ void PieceWalk::move(const Place& b) {
       thunk_node_ = cur_;  // the call is counted when the thunk is left
       thunk_called_ = true;
     } else {
-      count_call(cur_, f);
+      count_call(function_of(cur_), f);
       cur_ = cur_ == 0 ? root_for(f) : tree_.child(cur_, f);
     }
     if (b.kind == kFnTaskSwitch) switch_depth_ = tree_.node(cur_).depth;
@@ -148,11 +153,13 @@ void PieceWalk::move(const Place& b) {
       cur_ = tree_.node(p).fn == f ? p : tree_.child(tree_.node(p).parent, f);
     }
   } else if (tree_.node(cur_).fn != f) {
-    if (pending_ == Pending::Jump && b.at_entry && b.kind != kFnThunk) count_call(cur_, f);  // a tail call
+    const uint32_t from = tree_.node(cur_).fn;
+    if (pending_ == Pending::Jump && b.at_entry && b.kind != kFnThunk) count_call(from, f);  // a tail call
     cur_ = tree_.child(tree_.node(cur_).parent, f);  // a jump into another function replaces the top
     if (b.kind == kFnThunk) {
       thunk_node_ = cur_;
       thunk_called_ = false;
+      thunk_from_ = from;
     }
   }
   pending_ = Pending::None;

@@ -63,6 +63,7 @@ struct PieceScratch {
   std::vector<std::pair<uint32_t, uint64_t>> new_blocks;
   std::vector<DecodeErrorRecord> errors;
   uint64_t error_total = 0;  // errors other than overflow
+  uint64_t skipped_bytes = 0;  // PT bytes not decoded after an error (the rest of the piece)
   uint64_t t_end = 0;        // PT time at the end of the piece
   uint32_t final_node = 0;   // the stack at the end of the piece
   uint8_t final_pending = 0; // PieceWalk::Pending: what its last instruction began
@@ -148,7 +149,9 @@ class PieceWalk {
   uint32_t root_for(uint32_t fn);
   void reset_stack(bool base_known);
   void count(uint32_t fn, uint32_t ninsn);
-  void count_call(uint32_t caller_node, uint32_t fn);
+  void count_call(uint32_t caller, uint32_t fn);
+  // The function of a frame; kUnknown for a root, a marker or [base unknown].
+  uint32_t function_of(uint32_t node) const;
   // Moves the stack to function `at` by the pending transition.
   void move(const Place& at);
   bool is_unknown_base(uint32_t node) const { return node != 0 && tree_.node(node).depth == 1 && tree_.node(node).fn == base_unknown_; }
@@ -169,6 +172,7 @@ class PieceWalk {
   bool landed_ = false;  // first_fn_ is known
   uint32_t thunk_node_ = 0;  // the frame a thunk runs in (0: none) ...
   bool thunk_called_ = false;  // ... opened by a call (not a jump)
+  uint32_t thunk_from_ = 0;    // ... else the function that jumped to it
   uint32_t switch_depth_ = 0;  // in __switch_to_asm's frame at this depth (0: not switching)
   bool leader_ = true;
   // After an overflow the time stays where it was until the next timing

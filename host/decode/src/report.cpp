@@ -77,9 +77,28 @@ std::string errors_line(const Profile& p) {
     auto it = p.error_counts.find(k);
     return it == p.error_counts.end() ? uint64_t{0} : it->second;
   };
-  return fmt("decode errors: %" PRIu64 " no-text, %" PRIu64 " desync, %" PRIu64 " overflow, %" PRIu64 " other",
-             get(DecodeErrorKind::NoText), get(DecodeErrorKind::Desync), get(DecodeErrorKind::Overflow),
-             get(DecodeErrorKind::Other));
+  std::string line = fmt("decode errors: %" PRIu64 " no-text, %" PRIu64 " desync, %" PRIu64 " overflow, %" PRIu64 " other",
+                         get(DecodeErrorKind::NoText), get(DecodeErrorKind::Desync), get(DecodeErrorKind::Overflow),
+                         get(DecodeErrorKind::Other));
+  if (p.skipped_bytes > 0)
+    line += fmt("; %" PRIu64 " bytes of PT (%.2f%%) not decoded after them", p.skipped_bytes,
+                p.bytes ? 100.0 * static_cast<double>(p.skipped_bytes) / static_cast<double>(p.bytes) : 0.0);
+  return line;
+}
+
+std::string stack_edges_line(const Profile& p, const Symbolizer& symbols) {
+  const StackEdgeCheck& e = p.stack_edges;
+  std::string line = fmt("stack steps: %" PRIu64 " caller->callee steps, %" PRIu64 " onto interrupt entries, %" PRIu64
+                         " unchecked (no text), %" PRIu64 " with no call site in the caller's text",
+                         e.steps, e.interrupts, e.unchecked, e.failed);
+  if (e.failed) {
+    line += fmt(" (%" PRIu64 " instructions; e.g.", e.failed_insns);
+    for (size_t i = 0; i < e.examples.size() && i < 3; ++i)
+      line += " " + function_key(symbols.function(e.examples[i].first)) + "->" +
+              function_key(symbols.function(e.examples[i].second));
+    line += ")";
+  }
+  return line;
 }
 
 }  // namespace
@@ -90,6 +109,7 @@ std::string format_report_text(const Profile& p, const Symbolizer& symbols, cons
              p.blocks, p.pieces, p.seconds, p.threads);
   for (const auto& [cpu, n] : p.cpu_insns) out += fmt("  cpu%u: %" PRIu64 " instructions (%.1f%%)\n", cpu, n, pct(n, p.insns));
   out += errors_line(p) + "\n";
+  out += stack_edges_line(p, symbols) + "\n";
   out += format_observer_line(observer_share(p, symbols)) + "\n";
   for (const auto& e : p.errors)
     out += fmt("  %s cpu%u offset %" PRIu64 " ip %s time %" PRIu64 ": %s\n", decode_error_kind_name(e.kind), e.cpu,
@@ -176,12 +196,19 @@ std::string format_report_json(const Profile& p, const Symbolizer& symbols, cons
     examples.push_back({{"kind", decode_error_kind_name(e.kind)}, {"cpu", e.cpu}, {"offset", e.offset},
                         {"ip", hex(e.ip)}, {"time", e.time}, {"detail", e.detail}});
   errors["examples"] = examples;
+  errors["skipped_bytes"] = p.skipped_bytes;
   j["errors"] = errors;
   j["alignment"] = {{"retries", p.alignment_retries}, {"fixed", p.alignment_fixed}};
   j["losses"] = losses;
   const auto& stale = symbols.stale_symbols();
   j["symbols"] = {{"stale_module_symbols_dropped", stale.dropped},
                   {"modules_without_symbols", stale.modules_without_symbols}};
+  nlohmann::json edge_examples = nlohmann::json::array();
+  for (const auto& [a, b] : p.stack_edges.examples)
+    edge_examples.push_back({function_key(symbols.function(a)), function_key(symbols.function(b))});
+  j["stack_edges"] = {{"steps", p.stack_edges.steps},        {"interrupts", p.stack_edges.interrupts},
+                      {"unchecked", p.stack_edges.unchecked}, {"failed", p.stack_edges.failed},
+                      {"failed_insns", p.stack_edges.failed_insns}, {"examples", edge_examples}};
   ObserverShare obs = observer_share(p, symbols);
   j["observer"] = {{"insns", obs.insns}, {"percent", obs.percent()}, {"parts", obs.parts}};
   ProfileSummary s = summarize(p, symbols);

@@ -24,8 +24,11 @@ Result<ProfileSummary> parse_report_json(const std::string& text, const std::str
   s.blocks_covered = (*cov)["blocks"].get<uint64_t>();
   if (auto e = j.find("errors"); e != j.end()) {
     if (!e->is_object()) return bad("\"errors\" is not an object");
-    for (const auto& [kind, n] : e->items())
-      if (n.is_number_unsigned()) s.errors[kind] = n.get<uint64_t>();
+    for (const auto& [kind, n] : e->items()) {
+      if (!n.is_number_unsigned()) continue;
+      if (kind != "skipped_bytes") s.errors[kind] = n.get<uint64_t>();
+      else if (losses && n.get<uint64_t>() > 0) (*losses)["pt_bytes_not_decoded"] = n.get<uint64_t>();  // a loss
+    }
   }
   if (auto l = j.find("losses"); l != j.end() && losses) {
     if (!l->is_object()) return bad("\"losses\" is not an object");

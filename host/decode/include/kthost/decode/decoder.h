@@ -10,7 +10,8 @@
 // When a piece has errors and a text change lies within `align_window` PT
 // time units of it, the piece is decoded again with every change moved
 // earlier and later by the window, and the candidate with the fewest errors
-// (then the most instructions) is kept.
+// (then the most instructions) is kept. By default the window is the piece's
+// own span (kAlignAuto).
 //
 // A PSB carries no call stack: each piece's stacks are rooted at where it
 // began and stitched, per CPU in stream order, onto the stack the previous
@@ -37,6 +38,7 @@ struct Piece {
   uint64_t begin = 0, end = 0;  // byte offsets in the CPU's stream, begin at a PSB
   uint64_t time = 0;            // the PSB+'s TSC (0 when it has none)
   uint64_t next_fup = 0;        // the FUP IP in the next piece's PSB+ (0: none): where this piece's execution ends
+  uint64_t end_time = 0;        // the next piece's TSC (0: none): the piece ran between time and end_time
 };
 // Splits a stream at every PSB. Bytes before the first PSB are not a piece.
 std::vector<Piece> split_at_psb(uint32_t cpu, const std::vector<uint8_t>& pt);
@@ -55,6 +57,20 @@ struct FunctionCounts {
   uint64_t insns = 0, calls = 0;
 };
 
+// Every caller -> callee step of the stacks, checked against the caller's
+// machine code in the image (every version of it): the caller has a direct
+// call to the callee's entry, or an indirect call, or a direct call to a
+// function that tail-jumps to the callee (or is a thunk); or the callee is an
+// interrupt or exception entry. Steps whose caller has no text are unchecked.
+struct StackEdgeCheck {
+  uint64_t steps = 0;         // distinct (caller, callee) steps
+  uint64_t interrupts = 0;    // ... onto an entry point
+  uint64_t unchecked = 0;     // ... with no text for the caller, or an unknown frame
+  uint64_t failed = 0;        // ... with no call site
+  uint64_t failed_insns = 0;  // instructions in stacks with a failed step
+  std::vector<std::pair<uint32_t, uint32_t>> examples;  // (caller, callee): the 10 failed with the most instructions
+};
+
 struct Profile {
   uint64_t insns = 0, blocks = 0, pieces = 0, bytes = 0;
   std::map<uint32_t, uint64_t> cpu_insns;
@@ -64,16 +80,24 @@ struct Profile {
   std::map<std::vector<uint32_t>, uint64_t> stacks;               // root..leaf -> insns
   std::set<std::pair<uint32_t, uint64_t>> blocks_seen;            // (function, block start)
   std::map<DecodeErrorKind, uint64_t> error_counts;
+  uint64_t skipped_bytes = 0;             // PT bytes an error left undecoded (up to the next PSB)
   std::vector<DecodeErrorRecord> errors;  // the first max_error_examples, by CPU and offset
   uint64_t alignment_retries = 0, alignment_fixed = 0, image_rebuilds = 0;
+  StackEdgeCheck stack_edges;
   unsigned threads = 1;
   double seconds = 0;
 };
 
+// align_window: the span of the piece itself (its PSB's time to the next
+// PSB's). With no timing packet between PSBs (the software PT) every
+// instruction of a piece decodes by the piece's start time, though it ran up
+// to that span later: a module loaded in between is missing text otherwise.
+inline constexpr uint64_t kAlignAuto = UINT64_MAX;
+
 struct DecodeOptions {
   unsigned threads = 0;                // 0: every core
   std::optional<uint32_t> cpu;         // decode only this CPU
-  uint64_t align_window = 0;           // PT time units; 0: no candidate alignments
+  uint64_t align_window = kAlignAuto;  // PT time units; 0: no candidate alignments
   size_t max_error_examples = 50;
   uint64_t chunk_bytes = 1u << 20;     // pieces are grouped into chunks of about this much PT
   unsigned cache_bits = 16;            // per-thread block cache: 2^bits entries (32 bytes each)
@@ -82,6 +106,8 @@ struct DecodeOptions {
 };
 
 // Errors: InvalidArgument (unknown CPU), LimitExceeded (libipt allocation).
+StackEdgeCheck check_stack_edges(const Profile& profile, const VersionedImage& image, const Symbolizer& symbols);
+
 Result<Profile> decode_profile(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
                                const Symbolizer& symbols, const DecodeOptions& options);
 

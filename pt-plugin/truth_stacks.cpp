@@ -1,0 +1,220 @@
+// TruthStacks: call stacks from the guest's stack slots (see truth_stacks.h).
+#include "truth_stacks.h"
+
+#include <cinttypes>
+
+namespace ktpt {
+
+TruthStacks::TruthStacks() {
+  nodes_.push_back({kEmpty, 0, false});        // kEmpty
+  nodes_.push_back({kBaseUnknown, 0, false});  // kBaseUnknown
+  reset();
+}
+
+void TruthStacks::reset() {
+  counts_.clear();
+  edges_.clear();
+  // Between traces the guest ran unobserved: every stack is unknown again.
+  regions_.clear();
+  regions_[0].base = kBaseUnknown;
+  current_ = 0;
+  prev_ = nullptr;
+  from_user_ = false;
+  prev_called_ = false;
+  resume_ = 0;
+}
+
+uint32_t TruthStacks::top() const {
+  auto it = regions_.find(current_);
+  if (it == regions_.end()) return kBaseUnknown;
+  const Region& r = it->second;
+  return r.frames.empty() ? r.base : r.frames.back().node;
+}
+
+uint32_t TruthStacks::intern(uint32_t parent, uint64_t ret) {
+  const uint64_t key = (ret * 0x9E3779B97F4A7C15ull) ^ parent;
+  auto range = children_.equal_range(key);
+  for (auto it = range.first; it != range.second; ++it) {
+    const Node& n = nodes_[it->second];
+    if (n.parent == parent && n.ret == ret && !n.interrupt) return it->second;
+  }
+  nodes_.push_back({parent, ret, false});
+  const uint32_t id = static_cast<uint32_t>(nodes_.size() - 1);
+  children_.emplace(key, id);
+  return id;
+}
+
+bool TruthStacks::is_expected(const Block& p, uint64_t s) const {
+  if (s != p.start && p.contains_insn(s)) return true;  // the rest of a block QEMU cut short
+  switch (p.end) {
+    case EndKind::Fallthrough: return s == p.next;
+    case EndKind::Cond: return s == p.target || s == p.next;
+    case EndKind::DirectJmp:
+    case EndKind::DirectCall: return s == p.target;
+    case EndKind::Indirect:
+    case EndKind::Return: return handlers_.count(s) == 0;
+    case EndKind::Iret:
+    case EndKind::ToUser: return true;
+    case EndKind::SoftInt: return false;
+    case EndKind::Halt: return s == p.next;
+    case EndKind::Rep: return s == p.last || s == p.next;
+  }
+  return true;
+}
+
+void TruthStacks::on_user() {
+  from_user_ = true;
+  prev_ = nullptr;
+  resume_ = 0;
+}
+
+void TruthStacks::on_kernel_block(const Block& b, uint32_t block_id) {
+  if (from_user_) {
+    // A kernel entry: an empty stack, placed in its region at its first slot.
+    regions_[0] = Region{};
+    current_ = 0;
+    handlers_.insert(b.start);
+    from_user_ = false;
+  } else if (prev_) {
+    bool interrupted = false;
+    if (resume_ != 0) {
+      nodes_[resume_].ret = b.start;
+      resume_ = 0;
+    } else if (!is_expected(*prev_, b.start)) {
+      handlers_.insert(b.start);
+      const uint32_t parent = top();
+      nodes_.push_back({parent, 0, true});
+      regions_[current_].frames.push_back({0, static_cast<uint32_t>(nodes_.size() - 1)});
+      interrupted = true;
+    }
+    // How the last block's branch got here (not an interrupt's way in).
+    const Block& p = *prev_;
+    if (!interrupted) {
+      if (p.end == EndKind::DirectCall || (p.end == EndKind::Indirect && prev_called_))
+        edges_[{p.last, b.start, Transition::Call}]++;
+      else if (p.end == EndKind::DirectJmp || p.end == EndKind::Indirect)
+        edges_[{p.last, b.start, Transition::Jump}]++;
+      else if (p.end == EndKind::Return)
+        edges_[{p.last, b.start, Transition::Return}]++;
+    }
+  }
+  const bool rep_repeat = prev_ && prev_->end == EndKind::Rep && b.start == prev_->last;
+  if (!rep_repeat) counts_[(uint64_t{top()} << 32) | block_id]++;
+  prev_ = &b;
+  prev_called_ = false;
+}
+
+TruthStacks::Region& TruthStacks::step_onto(uint64_t slot, bool by_call) {
+  const uint64_t key = region_of(slot);
+  if (current_ == 0) {
+    // The stack not yet placed is this region's.
+    Region placed = std::move(regions_[0]);
+    regions_.erase(0);
+    Region& r = regions_[key];
+    r = std::move(placed);
+    r.below = 0;
+    current_ = key;
+    return r;
+  }
+  if (key == current_) return regions_[key];
+  for (uint64_t k = regions_[current_].below; k != 0;) {
+    if (k == key) {  // back down onto a region this one stacks on
+      current_ = key;
+      return regions_[key];
+    }
+    auto it = regions_.find(k);
+    k = it == regions_.end() ? 0 : it->second.below;
+  }
+  const uint32_t here = top();
+  auto [it, fresh] = regions_.try_emplace(key);
+  Region& r = it->second;
+  if (by_call && r.frames.empty()) {
+    r.base = here;  // an IRQ stack (or a task not seen before) on top of this one
+    r.below = current_;
+  } else {
+    r.below = 0;  // a task switch: that task's own frames
+    if (fresh) r.base = kBaseUnknown;
+  }
+  current_ = key;
+  return r;
+}
+
+void TruthStacks::on_call(uint64_t slot, uint64_t return_address) {
+  Region& r = step_onto(slot, true);
+  while (!r.frames.empty() && r.frames.back().slot != 0 && r.frames.back().slot <= slot) r.frames.pop_back();
+  const uint32_t n = intern(top(), return_address);
+  r.frames.push_back({slot, n});
+  prev_called_ = true;
+}
+
+void TruthStacks::on_return(uint64_t slot) {
+  Region& r = step_onto(slot, false);
+  bool popped = false, matched = false;
+  while (!r.frames.empty() && r.frames.back().slot != 0 && r.frames.back().slot < slot) {
+    r.frames.pop_back();
+    popped = true;
+  }
+  if (!r.frames.empty() && r.frames.back().slot == slot) {
+    r.frames.pop_back();
+    matched = true;
+  } else if (!popped && !r.frames.empty() && r.frames.back().slot != 0) {
+    r.frames.pop_back();  // error_entry returns from below where it was called
+    matched = true;
+  }
+  if (!matched && r.frames.empty()) {
+    r.base = kBaseUnknown;  // returned below everything seen on this stack
+    r.below = 0;
+  }
+}
+
+void TruthStacks::on_iret(uint64_t slot) {
+  Region& r = step_onto(slot, false);
+  size_t i = r.frames.size();
+  while (i > 0 && r.frames[i - 1].slot != 0) --i;
+  if (i > 0) {
+    resume_ = r.frames[i - 1].node;
+    r.frames.resize(i - 1);
+    return;
+  }
+  while (!r.frames.empty() && r.frames.back().slot < slot) r.frames.pop_back();  // an interrupt not seen
+}
+
+uint64_t TruthStacks::count(uint32_t node, uint32_t block_id) const {
+  auto it = counts_.find((uint64_t{node} << 32) | block_id);
+  return it == counts_.end() ? 0 : it->second;
+}
+
+uint64_t TruthStacks::transitions(uint64_t from_last, uint64_t to, Transition t) const {
+  auto it = edges_.find({from_last, to, t});
+  return it == edges_.end() ? 0 : it->second;
+}
+
+// Text, one record per line (tests/tools/check-stacks.py reads it):
+//   ktpt-truth 1 cpu N
+//   n ID PARENT c|i RET        nodes 2.. (0: empty stack, 1: base unknown)
+//   b ID START OFF,OFF,...     blocks that ran (instruction offsets)
+//   c NODE BLOCK N             block BLOCK ran N times on stack NODE
+//   e FROM TO call|jump|return N
+//   end
+void TruthStacks::write(std::FILE* out, unsigned cpu, const std::vector<const Block*>& blocks) {
+  std::fprintf(out, "ktpt-truth 1 cpu %u\n", cpu);
+  for (uint32_t i = 2; i < nodes_.size(); ++i)
+    std::fprintf(out, "n %u %u %c %" PRIx64 "\n", i, nodes_[i].parent, nodes_[i].interrupt ? 'i' : 'c', nodes_[i].ret);
+  std::unordered_set<uint32_t> used;
+  for (const auto& [key, n] : counts_) used.insert(static_cast<uint32_t>(key));
+  for (uint32_t id : used) {
+    if (id >= blocks.size() || !blocks[id]) continue;
+    const Block& b = *blocks[id];
+    std::fprintf(out, "b %u %" PRIx64 " ", id, b.start);
+    for (size_t k = 0; k < b.insn_offsets.size(); ++k) std::fprintf(out, k ? ",%u" : "%u", b.insn_offsets[k]);
+    std::fputc('\n', out);
+  }
+  for (const auto& [key, n] : counts_)
+    std::fprintf(out, "c %u %u %" PRIu64 "\n", static_cast<uint32_t>(key >> 32), static_cast<uint32_t>(key), n);
+  static const char* const kNames[] = {"call", "jump", "return"};
+  for (const auto& [e, n] : edges_)
+    std::fprintf(out, "e %" PRIx64 " %" PRIx64 " %s %" PRIu64 "\n", e.from, e.to, kNames[static_cast<int>(e.t)], n);
+  std::fputs("end\n", out);
+}
+
+}  // namespace ktpt
