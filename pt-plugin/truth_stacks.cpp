@@ -5,15 +5,18 @@
 
 namespace ktpt {
 
-TruthStacks::TruthStacks() {
-  nodes_.push_back({kEmpty, 0, false});        // kEmpty
-  nodes_.push_back({kBaseUnknown, 0, false});  // kBaseUnknown
-  reset();
-}
+TruthStacks::TruthStacks(size_t max_nodes) : max_nodes_(max_nodes) { reset(); }
 
 void TruthStacks::reset() {
   counts_.clear();
   edges_.clear();
+  // No frame refers to a node once the regions are gone (below): each trace
+  // numbers its stacks afresh, in bounded memory.
+  nodes_.clear();
+  children_.clear();
+  nodes_.push_back({kEmpty, 0, false});        // kEmpty
+  nodes_.push_back({kBaseUnknown, 0, false});  // kBaseUnknown
+  full_ = false;
   // Between traces the guest ran unobserved: every stack is unknown again.
   regions_.clear();
   regions_[0].base = kBaseUnknown;
@@ -69,6 +72,8 @@ void TruthStacks::on_user() {
 }
 
 void TruthStacks::on_kernel_block(const Block& b, uint32_t block_id) {
+  if (nodes_.size() >= max_nodes_) full_ = true;
+  if (full_) return;
   if (from_user_) {
     // A kernel entry: an empty stack, placed in its region at its first slot.
     regions_[0] = Region{};
@@ -140,6 +145,7 @@ TruthStacks::Region& TruthStacks::step_onto(uint64_t slot, bool by_call) {
 }
 
 void TruthStacks::on_call(uint64_t slot, uint64_t return_address) {
+  if (full_) return;
   Region& r = step_onto(slot, true);
   while (!r.frames.empty() && r.frames.back().slot != 0 && r.frames.back().slot <= slot) r.frames.pop_back();
   const uint32_t n = intern(top(), return_address);
@@ -148,6 +154,7 @@ void TruthStacks::on_call(uint64_t slot, uint64_t return_address) {
 }
 
 void TruthStacks::on_return(uint64_t slot) {
+  if (full_) return;
   Region& r = step_onto(slot, false);
   bool popped = false, matched = false;
   while (!r.frames.empty() && r.frames.back().slot != 0 && r.frames.back().slot < slot) {
@@ -168,6 +175,7 @@ void TruthStacks::on_return(uint64_t slot) {
 }
 
 void TruthStacks::on_iret(uint64_t slot) {
+  if (full_) return;
   Region& r = step_onto(slot, false);
   size_t i = r.frames.size();
   while (i > 0 && r.frames[i - 1].slot != 0) --i;
@@ -195,6 +203,7 @@ uint64_t TruthStacks::transitions(uint64_t from_last, uint64_t to, Transition t)
 //   b ID START OFF,OFF,...     blocks that ran (instruction offsets)
 //   c NODE BLOCK N             block BLOCK ran N times on stack NODE
 //   e FROM TO call|jump|return N
+//   incomplete N               the node limit was reached: counts stop there
 //   end
 void TruthStacks::write(std::FILE* out, unsigned cpu, const std::vector<const Block*>& blocks) {
   std::fprintf(out, "ktpt-truth 1 cpu %u\n", cpu);
@@ -214,6 +223,7 @@ void TruthStacks::write(std::FILE* out, unsigned cpu, const std::vector<const Bl
   static const char* const kNames[] = {"call", "jump", "return"};
   for (const auto& [e, n] : edges_)
     std::fprintf(out, "e %" PRIx64 " %" PRIx64 " %s %" PRIu64 "\n", e.from, e.to, kNames[static_cast<int>(e.t)], n);
+  if (full_) std::fprintf(out, "incomplete %zu nodes\n", nodes_.size());
   std::fputs("end\n", out);
 }
 

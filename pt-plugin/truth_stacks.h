@@ -39,6 +39,9 @@ class TruthStacks {
  public:
   static constexpr uint32_t kEmpty = 0;        // node: the empty stack (entered from user space)
   static constexpr uint32_t kBaseUnknown = 1;  // node: a stack whose frames below were never seen
+  // Bounded memory: past this many stack nodes (about 200 MB with the maps)
+  // the truth stops counting and says so in its file ("incomplete").
+  static constexpr size_t kMaxNodes = size_t{1} << 23;
 
   enum class Transition : uint8_t { Call, Jump, Return };
   struct Node {
@@ -47,7 +50,7 @@ class TruthStacks {
     bool interrupt;
   };
 
-  TruthStacks();
+  explicit TruthStacks(size_t max_nodes = kMaxNodes);
 
   // User code ran: the next kernel block starts an empty stack.
   void on_user();
@@ -70,6 +73,7 @@ class TruthStacks {
   const Node& node(uint32_t id) const { return nodes_[id]; }
   uint64_t count(uint32_t node, uint32_t block_id) const;
   uint64_t transitions(uint64_t from_last, uint64_t to, Transition t) const;
+  bool full() const { return full_; }
 
  private:
   struct Frame {
@@ -105,6 +109,8 @@ class TruthStacks {
   bool from_user_ = true;
   bool prev_called_ = false;               // the last block's last instruction was a call
   uint32_t resume_ = 0;                    // an interrupt node whose IRET just ran: next block is where it struck
+  size_t max_nodes_;
+  bool full_ = false;                      // max_nodes_ reached: nothing more is counted
 };
 
 }  // namespace ktpt

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # All tests: unit tests, VM integration tests against real QEMU guests, the
 # unit tests again under ASan+UBSan, and every fuzz target for a bounded time
-# under ASan+UBSan.  Environment: FUZZ_SECONDS (default 20 per target: 15
+# under ASan+UBSan.  Environment: FUZZ_SECONDS (default 16 per target: 15
 # targets, and CI has one hour for all of this; fuzz longer by hand).
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$src/build}
 asan=${ASAN_BUILD_DIR:-$src/build-asan}
-fuzz_seconds=${FUZZ_SECONDS:-20}
+fuzz_seconds=${FUZZ_SECONDS:-16}
 "$src/scripts/install-deps.sh"
 "$src/scripts/build.sh" "$build"
 

@@ -142,6 +142,8 @@ def read_truth(paths, syms):
                     elif THUNK.match(f_from) or kind == "jump":
                         if to == g_start and f_from != g:
                             calls[g] += n  # out of a thunk, or a tail call
+                elif p[0] == "incomplete":
+                    raise ValueError(f"{path}: the plugin's truth is incomplete ({' '.join(p[1:])}: its node limit)")
                 elif p[0] == "end":
                     ended = True
                 else:

@@ -22,6 +22,8 @@ const char* kKallsyms =
     "ffffffff81301000 T text_poke_bp_batch\n"
     "ffffffff81302000 T perf_poll\n"
     "ffffffff81400000 T workload_func\n"
+    "ffffffff81500000 T asm_sysvec_apic_timer_interrupt\n"
+    "ffffffff81501000 T hrtimer_interrupt\n"
     "ffffffffc0001000 t port_fops_write\t[virtio_console]\n"
     "ffffffffc0002000 t ktg_guard\t[ktguard]\n"
     "ffffffffc0003000 t other_func\t[dummy]\n";
@@ -75,6 +77,18 @@ TEST_F(ObserverTest, EachPartIsCountedOnceFromTheFirstMatchingFrame) {
   std::string line = format_observer_line(s);
   EXPECT_NE(line.find("observer: 5.69% of instructions"), std::string::npos) << line;
   EXPECT_NE(line.find("kallsyms reads 3.14%"), std::string::npos) << line;
+}
+
+TEST_F(ObserverTest, AnInterruptOnTopOfAHoldIsNotTheObserversButTheChannelsOwnIsAboveItsEntry) {
+  const uint64_t entry = 0xffffffff81001000, work = 0xffffffff81400000, guard = 0xffffffffc0002000,
+                 port = 0xffffffffc0001000, irq = 0xffffffff81500000, timer = 0xffffffff81501000;
+  stack({entry, work, guard}, 10);             // a hold spinning
+  stack({entry, work, guard, irq, timer}, 4);  // a timer tick during it
+  stack({entry, work, irq, port}, 3);          // the channel's interrupt work on the workload's stack
+  ObserverShare s = observer_share(profile_, symbols_);
+  EXPECT_EQ(s.parts.at("ktguard"), 10u);
+  EXPECT_EQ(s.parts.at("ktguest channel"), 3u);
+  EXPECT_EQ(s.insns, 13u);
 }
 
 TEST_F(ObserverTest, WithoutKallsymsOpenNoSShowCounts) {

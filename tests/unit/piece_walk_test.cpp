@@ -276,6 +276,53 @@ TEST_F(PieceWalkTest, AnOverflowRestartsOnAnUnknownBaseAndTracingOnRestartsEmpty
   EXPECT_EQ(stack(w), "C");
 }
 
+TEST_F(PieceWalkTest, AnIrqStackSwitchIsACallAndItsReturnComesBackToTheTaskStack) {
+  // asm_sysvec (B) -> sysvec (C) -> call_on_irqstack: a call with the stack
+  // pointer on the IRQ stack (D); PT shows only the call and the return.
+  PieceWalk w = walk(0);
+  w.on_block(block(kA, kClsOther, 4, false));
+  w.on_interrupt({kA, false, kFnPlain});
+  w.on_block(block(kB, kClsCall));
+  w.on_block(block(kC, kClsCall));
+  w.on_block(block(kD, kClsReturn));
+  EXPECT_EQ(stack(w), "M0>A>B>C>D");
+  w.on_block(block(kC, kClsReturn, 4, false));
+  w.on_block(block(kB, kClsReturn, 4, false));  // IRET
+  w.on_block(block(kA, kClsOther, 4, false));
+  EXPECT_EQ(stack(w), "M0>A");
+  EXPECT_EQ(w.underflows(), 0u);
+}
+
+TEST_F(PieceWalkTest, AnNmiInsideAnInterruptHandlerNestsOnIt) {
+  PieceWalk w = walk(0);
+  w.on_block(block(kA, kClsOther, 4, false));
+  w.on_interrupt({kA, false, kFnPlain});
+  w.on_block(block(kB, kClsOther));           // the interrupt handler ...
+  w.on_interrupt({kB, false, kFnPlain});      // ... struck by an NMI
+  w.on_block(block(kC, kClsReturn));          // the NMI handler's IRET
+  EXPECT_EQ(stack(w), "M0>A>B>C");
+  w.on_block(block(kB, kClsReturn, 4, false));  // back in the interrupt handler; its IRET
+  EXPECT_EQ(stack(w), "M0>A>B");
+  w.on_block(block(kA, kClsOther, 4, false));
+  EXPECT_EQ(stack(w), "M0>A");
+}
+
+TEST_F(PieceWalkTest, ACallIntoABpfTrampolineAndTheFunctionItCallsBackAreFrames) {
+  // A's call to B lands on B's patched fentry: call trampoline (T is plain
+  // here: a dynamic symbol), which calls B's body after the patched call.
+  PieceWalk w = walk(0);
+  w.on_block(block(kA, kClsCall));
+  w.on_block(block(kB, kClsCall, 1));             // B: call bpf_trampoline
+  w.on_block(block(kC, kClsCall));                // the trampoline calls B+5
+  w.on_block(block(kB, kClsReturn, 3, false));    // B's body, a call into B from another function
+  EXPECT_EQ(stack(w), "M0>A>B>C>B");
+  EXPECT_EQ(s_.fn_calls[kB], 2u);
+  w.on_block(block(kC, kClsReturn, 2, false));    // back in the trampoline, whose ret skips B: to A
+  w.on_block(block(kA, kClsOther, 4, false));
+  EXPECT_EQ(stack(w), "M0>A");
+  EXPECT_EQ(w.underflows(), 0u);
+}
+
 TEST_F(PieceWalkTest, TheLastPendingTransitionAndTheFirstLandingAreKeptForStitching) {
   PieceWalk w = walk(0);
   w.on_block(block(kA, kClsOther, 4, false));

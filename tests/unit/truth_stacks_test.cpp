@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace {
@@ -184,6 +186,29 @@ TEST(TruthStacks, AReturnBelowEverythingSeenLeavesTheBaseUnknown) {
   t.on_return(kTaskA + 0xf00);
   t.on_kernel_block(b, 2);
   EXPECT_EQ(t.top(), TruthStacks::kBaseUnknown);
+}
+
+TEST(TruthStacks, PastItsNodeLimitItStopsCountingAndSaysSo) {
+  TruthStacks t(4);
+  Block a = kblock(0x1000, 2, EndKind::DirectCall, 0x1000);
+  t.on_user();
+  t.on_kernel_block(a, 1);
+  for (int i = 1; i <= 4; ++i) {
+    t.on_call(kTaskA + 0x1000 - 16 * i, 0x1100 + i);
+    t.on_kernel_block(a, 1);
+  }
+  EXPECT_TRUE(t.full());
+  const std::vector<const Block*> blocks = {nullptr, &a};
+  char* text = nullptr;
+  size_t size = 0;
+  std::FILE* f = open_memstream(&text, &size);
+  t.write(f, 0, blocks);
+  std::fclose(f);
+  const std::string out(text, size);
+  std::free(text);
+  EXPECT_NE(out.find("\nincomplete "), std::string::npos) << out;
+  t.reset();  // the next trace starts with room again
+  EXPECT_FALSE(t.full());
 }
 
 }  // namespace

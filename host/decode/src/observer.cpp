@@ -76,13 +76,33 @@ ObserverShare observer_share(const Profile& profile, const Symbolizer& symbols) 
     if (it != parts.end()) return it->second;
     return parts[id] = part_of(symbols.function(id), kallsyms);
   };
-  for (const auto& [path, n] : profile.stacks)
-    for (uint32_t id : path)
-      if (const char* p = part(id)) {
+  std::map<uint32_t, bool> entries;  // function id -> an interrupt or exception entry
+  auto entry = [&](uint32_t id) {
+    auto it = entries.find(id);
+    if (it != entries.end()) return it->second;
+    const std::string& name = symbols.function(id).name;
+    bool e = false;
+    for (std::string_view p : {"asm_exc_", "asm_sysvec_", "asm_common_interrupt", "asm_spurious_interrupt",
+                               "irq_entries_start", "spurious_entries_start"})
+      if (starts_with(name, p)) e = true;
+    return entries[id] = e;
+  };
+  for (const auto& [path, n] : profile.stacks) {
+    // Only the context that runs: an interrupt on top of the observer's
+    // frames (a timer tick during a hold) is not the observer's doing.
+    size_t from = 0;
+    for (size_t i = path.size(); i-- > 0;)
+      if (path[i] < symbols.size() && entry(path[i])) {
+        from = i;
+        break;
+      }
+    for (size_t i = from; i < path.size(); ++i)
+      if (const char* p = part(path[i])) {
         share.parts[p] += n;
         share.insns += n;
         break;
       }
+  }
   return share;
 }
 

@@ -149,8 +149,16 @@ void PieceWalk::move(const Place& b) {
     } else if (tree_.is_root(p)) {
       if (!reset_) ++underflows_;  // returned below where the piece began
       cur_ = root_for(f);
+    } else if (tree_.node(p).fn == f) {
+      cur_ = p;
     } else {
-      cur_ = tree_.node(p).fn == f ? p : tree_.child(tree_.node(p).parent, f);
+      // A return past its caller's frame into the one below (a BPF
+      // trampoline that called the traced function's body returns to that
+      // function's caller) pops both; else the caller was replaced (a tail
+      // call) and the return lands in its place.
+      const uint32_t g = tree_.node(p).parent;
+      const bool past = !tree_.is_root(g) && !is_unknown_base(g) && tree_.node(g).fn == f;
+      cur_ = past ? g : tree_.child(g, f);
     }
   } else if (tree_.node(cur_).fn != f) {
     const uint32_t from = tree_.node(cur_).fn;

@@ -9,6 +9,9 @@
 //                    through perf) and the polls and wakeups of its rings
 //   kallsyms reads   /proc/kallsyms's seq_file functions (kernel/kallsyms.c),
 //                    whoever reads it: ktguest no longer does during a trace
+// Only the frames from the topmost interrupt or exception entry up count: a
+// timer tick that strikes during a hold is not the observer's doing (the
+// channel's own interrupt handlers, above their entry, are).
 // A lower bound: ktguest's system call entry and exit, its timer and its
 // scheduling are not told apart from the workload's.
 #pragma once
