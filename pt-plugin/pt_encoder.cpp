@@ -96,6 +96,7 @@ void VcpuEncoder::emit(const pt_packet& packet, std::vector<uint8_t>& to) {
   }
   to.insert(to.end(), scratch_, scratch_ + size);
   since_psb_ += static_cast<uint64_t>(size);
+  since_time_ += static_cast<uint64_t>(size);
 }
 
 // IP compression against the decoder's last IP is only used in the final
@@ -180,6 +181,7 @@ void VcpuEncoder::emit_psb(bool with_fup, uint64_t ip) {
   write_psb(sink(), clock_(clock_context_), with_fup, ip);
   last_ip_valid_ = false;
   since_psb_ = 0;
+  since_time_ = 0;
 }
 
 void VcpuEncoder::learn_entry(uint64_t address) {
@@ -394,7 +396,20 @@ void VcpuEncoder::on_block(const Block& b) {
       break;
   }
   prev_ = &b;
-  if (frames_.empty() && since_psb_ >= options_.psb_interval) emit_psb(true, b.start);
+  if (frames_.empty() && since_psb_ >= options_.psb_interval) {
+    emit_psb(true, b.start);
+  } else if (!frames_.empty() && since_time_ >= options_.psb_interval) {
+    // No PSB while a frame is open (its packets may still get a prefix), but
+    // the time goes on: a TSC in the deferred packets, in their order, keeps
+    // a decoder's clock (and so its choice of text) near the truth.
+    flush_tnt();
+    pt_packet packet;
+    std::memset(&packet, 0, sizeof packet);
+    packet.type = ppt_tsc;
+    packet.payload.tsc.tsc = clock_(clock_context_);
+    emit(packet, sink());
+    since_time_ = 0;
+  }
 }
 
 }  // namespace ktpt

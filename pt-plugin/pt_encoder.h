@@ -6,7 +6,8 @@
 //   TNT for conditional branches, TIP for indirect branches / returns / IRET,
 //   FUP+TIP for interrupts, exceptions and software interrupts,
 //   TIP.PGE entering the kernel from user mode, TIP.PGD leaving it,
-//   PSB+ (PSB, MODE.Exec 64-bit, TSC, FUP, PSBEND) every psb_interval bytes,
+//   PSB+ (PSB, MODE.Exec 64-bit, TSC, FUP, PSBEND) every psb_interval bytes
+//   (while an interrupt frame is open, a TSC alone: see Deferral),
 //   OVF when the encoder cannot tell what happened (see "Deferral").
 //
 // Deferral.  QEMU delivers interrupts between blocks and faults inside them,
@@ -154,6 +155,7 @@ class VcpuEncoder {
   bool in_kernel_ = false;
   bool came_from_user_ = false;  // user code ran since the last kernel block
   uint64_t since_psb_ = 0;       // bytes written to out_ since the last PSB
+  uint64_t since_time_ = 0;      // ... since the last PSB or TSC (a TSC goes into deferred packets too)
   uint64_t last_ip_ = 0;         // decoder's last IP, valid when last_ip_valid_
   bool last_ip_valid_ = false;
   uint64_t tnt_bits_ = 0;

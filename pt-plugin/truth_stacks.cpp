@@ -10,6 +10,7 @@ TruthStacks::TruthStacks(size_t max_nodes) : max_nodes_(max_nodes) { reset(); }
 void TruthStacks::reset() {
   counts_.clear();
   edges_.clear();
+  struck_after_.clear();
   // No frame refers to a node once the regions are gone (below): each trace
   // numbers its stacks afresh, in bounded memory.
   nodes_.clear();
@@ -81,26 +82,30 @@ void TruthStacks::on_kernel_block(const Block& b, uint32_t block_id) {
     handlers_.insert(b.start);
     from_user_ = false;
   } else if (prev_) {
-    bool interrupted = false;
+    const Block& p = *prev_;
+    // How the last block's branch went (none for an IRET or straight code).
+    const bool branch = p.end == EndKind::DirectCall || p.end == EndKind::Indirect || p.end == EndKind::DirectJmp ||
+                        p.end == EndKind::Return;
+    const Transition t = p.end == EndKind::DirectCall || (p.end == EndKind::Indirect && prev_called_) ? Transition::Call
+                         : p.end == EndKind::Return                                                 ? Transition::Return
+                                                                                                    : Transition::Jump;
     if (resume_ != 0) {
       nodes_[resume_].ret = b.start;
+      auto it = struck_after_.find(resume_);
+      if (it != struck_after_.end()) {
+        edges_[{it->second.from, b.start, it->second.t}]++;  // the branch the interrupt came after
+        struck_after_.erase(it);
+      }
       resume_ = 0;
-    } else if (!is_expected(*prev_, b.start)) {
+    } else if (!is_expected(p, b.start)) {
       handlers_.insert(b.start);
       const uint32_t parent = top();
       nodes_.push_back({parent, 0, true});
-      regions_[current_].frames.push_back({0, static_cast<uint32_t>(nodes_.size() - 1)});
-      interrupted = true;
-    }
-    // How the last block's branch got here (not an interrupt's way in).
-    const Block& p = *prev_;
-    if (!interrupted) {
-      if (p.end == EndKind::DirectCall || (p.end == EndKind::Indirect && prev_called_))
-        edges_[{p.last, b.start, Transition::Call}]++;
-      else if (p.end == EndKind::DirectJmp || p.end == EndKind::Indirect)
-        edges_[{p.last, b.start, Transition::Jump}]++;
-      else if (p.end == EndKind::Return)
-        edges_[{p.last, b.start, Transition::Return}]++;
+      const uint32_t irq = static_cast<uint32_t>(nodes_.size() - 1);
+      regions_[current_].frames.push_back({0, irq});
+      if (branch) struck_after_[irq] = {p.last, t};
+    } else if (branch) {
+      edges_[{p.last, b.start, t}]++;
     }
   }
   const bool rep_repeat = prev_ && prev_->end == EndKind::Rep && b.start == prev_->last;

@@ -109,6 +109,13 @@ class TruthStacks {
   bool from_user_ = true;
   bool prev_called_ = false;               // the last block's last instruction was a call
   uint32_t resume_ = 0;                    // an interrupt node whose IRET just ran: next block is where it struck
+  // The branch an interrupt struck right after (its destination had not run
+  // yet), by interrupt node: counted as a transition to where it struck.
+  struct Struck {
+    uint64_t from;
+    Transition t;
+  };
+  std::unordered_map<uint32_t, Struck> struck_after_;
   size_t max_nodes_;
   bool full_ = false;                      // max_nodes_ reached: nothing more is counted
 };

@@ -46,6 +46,7 @@ Result<TracedRun> load_run(const std::string& path) {
   run.stacks = folded_stacks_of(profile, a.symbols);
   for (const auto& [k, n] : a.bundle.losses)
     if (n) run.losses[k] = n;
+  if (profile.skipped_bytes) run.losses["pt_bytes_not_decoded"] = profile.skipped_bytes;  // as parse_report_json reads it
   return run;
 }
 

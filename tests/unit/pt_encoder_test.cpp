@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <intel-pt.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <deque>
@@ -282,6 +283,24 @@ TEST(PtEncoder, PsbPlusAtTheIntervalAndTntPackingAndCompression) {
   EXPECT_EQ(got, with_header({"tip.pge ffffffff81000100", "tnt 11111110", "tip ffffffff81001234", "psb",
                               "mode.exec 64", "tsc 1234", "fup ffffffff81001234", "psbend", "tip.pgd"}));
   EXPECT_EQ(r.encoder.stats().psbs, 2u);
+}
+
+TEST(PtEncoder, WhileAFrameIsOpenTheTimeComesAsTscInItsPacketsNotAsPsb) {
+  Trace r(8);
+  r.from_user();
+  r.run(kblock(K + 0x100, 1, EndKind::Cond, K + 0x180));
+  r.run(kblock(K + 0x900, 1, EndKind::Indirect));  // an interrupt: the frame stays open ...
+  for (int i = 0; i < 4; ++i) r.run(kblock(K + 0x910, 1, EndKind::Indirect));  // ... while its handler runs
+  r.run(kblock(K + 0x920, 1, EndKind::Iret));
+  r.run(kblock(K + 0x180, 1, EndKind::ToUser));  // the IRET resolves it: the jcc was taken
+  r.from_user();
+  const auto out = r.finish();
+  const auto begin = std::find(out.begin(), out.end(), "tip ffffffff81000900");  // the event's TIP
+  const auto end = std::find(begin, out.end(), "tip ffffffff81000180");          // the IRET's
+  ASSERT_NE(end, out.end());
+  EXPECT_EQ(std::count(begin, end, "psb"), 0);       // no PSB inside the frame's packets
+  EXPECT_GE(std::count(begin, end, "tsc 1234"), 1);  // ... but the time
+  EXPECT_EQ(out.back(), "tip.pgd");
 }
 
 TEST(PtEncoder, TruncatedBlockContinuesWithoutPackets) {

@@ -126,6 +126,22 @@ TEST(TruthStacks, AnInterruptFrameTellsWhereItStruckWhenItsIretRuns) {
   EXPECT_EQ(stack_of(t), (S{"1004"}));
 }
 
+TEST(TruthStacks, ACallAnInterruptStruckRightAfterCountsWhenItsIretReturnsToTheCallee) {
+  TruthStacks t;
+  t.on_user();
+  Block a = kblock(0x1000, 2, EndKind::DirectCall, 0x2000);
+  Block handler = kblock(0x9000, 2, EndKind::Iret);
+  Block callee = kblock(0x2000, 2, EndKind::Fallthrough);
+  t.on_kernel_block(a, 1);
+  t.on_call(kTaskA + 0xf00, a.next);
+  t.on_kernel_block(handler, 2);  // the call retired; the callee's first instruction had not run
+  EXPECT_EQ(t.transitions(a.last, 0x9000, TruthStacks::Transition::Call), 0u);
+  t.on_iret(kTaskA + 0xe00);
+  t.on_kernel_block(callee, 3);
+  EXPECT_EQ(t.transitions(a.last, 0x2000, TruthStacks::Transition::Call), 1u);
+  EXPECT_EQ(stack_of(t), (S{"1004"}));
+}
+
 TEST(TruthStacks, AnIrqStackStacksOnTheTaskStackAndIsLeftByTheNextSlotBelowIt) {
   TruthStacks t;
   t.on_user();

@@ -258,12 +258,12 @@ Result<Profile> decode_profile(const std::map<uint32_t, std::vector<uint8_t>>& s
   std::vector<PieceStacks> stacks;
   for (size_t i = 0; i < decoders.size(); ++i) decoders[i]->merge_into(out, i, stacks);
   stitch_stacks(stacks, decoders, symbols.base_unknown(), out);
-  out.stack_edges = check_stack_edges(out, image, symbols);
   std::sort(out.errors.begin(), out.errors.end(), [](const DecodeErrorRecord& a, const DecodeErrorRecord& b) {
     return a.cpu != b.cpu ? a.cpu < b.cpu : a.offset < b.offset;
   });
   if (out.errors.size() > options.max_error_examples) out.errors.resize(options.max_error_examples);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (options.check_stack_edges) out.stack_edges = check_stack_edges(out, image, symbols);
   return out;
 }
 

@@ -101,6 +101,7 @@ struct DecodeOptions {
   size_t max_error_examples = 50;
   uint64_t chunk_bytes = 1u << 20;     // pieces are grouped into chunks of about this much PT
   unsigned cache_bits = 16;            // per-thread block cache: 2^bits entries (32 bytes each)
+  bool check_stack_edges = true;       // Profile::stack_edges (after the decode; not in Profile::seconds)
   // Called from the calling thread about every 200 ms: (PT bytes done, total).
   std::function<void(uint64_t, uint64_t)> progress;
 };
