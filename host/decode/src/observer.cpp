@@ -1,6 +1,8 @@
 // The observer effect (see observer.h).
 #include "kthost/decode/observer.h"
 
+#include "piece_walk.h"
+
 #include <array>
 #include <cinttypes>
 #include <cstdio>
@@ -76,16 +78,10 @@ ObserverShare observer_share(const Profile& profile, const Symbolizer& symbols) 
     if (it != parts.end()) return it->second;
     return parts[id] = part_of(symbols.function(id), kallsyms);
   };
-  std::map<uint32_t, bool> entries;  // function id -> an interrupt or exception entry
+  std::map<uint32_t, bool> entries;  // function id -> an event entry
   auto entry = [&](uint32_t id) {
     auto it = entries.find(id);
-    if (it != entries.end()) return it->second;
-    const std::string& name = symbols.function(id).name;
-    bool e = false;
-    for (std::string_view p : {"asm_exc_", "asm_sysvec_", "asm_common_interrupt", "asm_spurious_interrupt",
-                               "irq_entries_start", "spurious_entries_start"})
-      if (starts_with(name, p)) e = true;
-    return entries[id] = e;
+    return it != entries.end() ? it->second : (entries[id] = is_event_entry(symbols.function(id).name));
   };
   for (const auto& [path, n] : profile.stacks) {
     // Only the context that runs: an interrupt on top of the observer's

@@ -31,6 +31,13 @@ FunctionKind function_kind_of(const std::string& name) {
   return kFnPlain;
 }
 
+bool is_event_entry(const std::string& name) {
+  for (const char* prefix : {"asm_exc_", "asm_sysvec_", "asm_common_interrupt", "asm_spurious_interrupt",
+                             "irq_entries_start", "spurious_entries_start", "entry_SYSCALL", "entry_INT80"})
+    if (name.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
 uint32_t PieceWalk::root_for(uint32_t fn) {
   if (reset_) return base_known_ ? tree_.child(0, fn) : tree_.child(tree_.child(0, base_unknown_), fn);
   return tree_.child(tree_.child(0, kStackMarker | std::min(underflows_, 0xffffu)), fn);

@@ -42,6 +42,9 @@ enum InsnClass : uint8_t { kClsOther = 0, kClsCall, kClsReturn, kClsJump, kClsCo
 enum FunctionKind : uint8_t { kFnPlain = 0, kFnThunk, kFnTaskSwitch };
 // The kind of a function by its name.
 FunctionKind function_kind_of(const std::string& name);
+// Whether a function is an entry the CPU jumps to on an event (an interrupt,
+// an exception, a system call): what a stack has on top of what was struck.
+bool is_event_entry(const std::string& name);
 
 // A stack node whose fn has this bit is a marker: "the stack the piece began
 // with, less (fn & ~kStackMarker) frames popped below it".

@@ -59,14 +59,6 @@ void scan(const uint8_t* text, uint64_t start, uint64_t size, CallSites& out) {
   if (size > 0 && !ends) out.falls_through = true;
 }
 
-bool is_entry_point(const std::string& name) {
-  for (const char* prefix : {"asm_exc_", "asm_sysvec_", "asm_common_interrupt", "asm_spurious_interrupt",
-                             "irq_entries_start", "spurious_entries_start", "entry_SYSCALL", "entry_INT80",
-                             "asm_load_gs_index", "xen_"})
-    if (name.rfind(prefix, 0) == 0) return true;
-  return false;
-}
-
 }  // namespace
 
 StackEdgeCheck check_stack_edges(const Profile& profile, const VersionedImage& image, const Symbolizer& symbols) {
@@ -102,7 +94,7 @@ StackEdgeCheck check_stack_edges(const Profile& profile, const VersionedImage& i
       out.unchecked++;
       continue;
     }
-    if (is_entry_point(callee.name)) {
+    if (is_event_entry(callee.name)) {
       out.interrupts++;  // an interrupt or exception on top of what it struck
       continue;
     }
