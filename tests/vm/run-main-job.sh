@@ -209,7 +209,7 @@ err = report["errors"]
 check(err["no_text"] == 0, f"no 'no text' decode errors: {err['no_text']} (examples: {[e for e in err.get('examples', []) if e['kind'] == 'no_text'][:3]})")
 print(f"      other decode errors: desync {err['desync']}, overflow {err['overflow']}, other {err['other']}; "
       f"{report['insns']} instructions decoded")
-check(summary.get("lost_guard_miss", 1) == 0 and summary.get("holds_failed", 1) == 0,
+check(summary.get("holds", 0) > 0 and summary.get("lost_guard_miss", 1) == 0 and summary.get("holds_failed", 1) == 0,
       f"zero guard misses ({summary.get('holds', 0)} holds, {summary.get('lost_guard_miss')} missed, {summary.get('holds_failed')} failed)")
 check(summary.get("pt_source") == "software" and summary.get("pt_bytes", 0) > 0,
       f"PT from the software source: {summary.get('pt_bytes', 0)} bytes")
