@@ -166,7 +166,10 @@ static void ktg_insn_slot_notice(unsigned long cache, unsigned long slot, unsign
 	ktg_guard(slot, slot + size * sizeof(kprobe_opcode_t), KTGUARD_KIND_KPROBE_INSN, method);
 }
 
-/* ---- the wrappers: same signature as the hooked function ---- */
+/* ---- the wrappers: same signature as the hooked function ----
+ * Each is named ktg_wrap_<the end of the hooked function's name>: kthost's
+ * observer share (host/decode/src/observer.cpp) reads the name to leave the
+ * original's own work, which runs the same without ktguard, to the kernel. */
 
 enum { HOOK_PROG_PACK, HOOK_DISPATCHER, HOOK_MEMFREE, HOOK_INSN_SLOT, HOOK_COUNT };
 static struct ktg_hook ktg_hooks[HOOK_COUNT];

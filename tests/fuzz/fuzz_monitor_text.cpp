@@ -1,4 +1,5 @@
-// Text from the QEMU monitor: info registers, info mtree -f, gpa2hva answers.
+// Text from the QEMU monitor: info registers, info mtree -f, gpa2hva answers,
+// and a QMP error member.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -10,6 +11,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);
   (void)kt::parse_info_registers(text);
   (void)kt::parse_gpa2hva(text);
+  auto error = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!error.is_discarded()) (void)kt::qmp_error_text(error);
   auto map = kt::parse_mtree_ram(text);
   if (map) {
     // Regions must come out sorted and non-overlapping whatever the input.

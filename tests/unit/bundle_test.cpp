@@ -191,6 +191,19 @@ TEST(BundleManifest, UnknownClockRoundTrips) {
   EXPECT_NE(bad.error().message.find("perf_to_tsc"), std::string::npos);
 }
 
+// A manifest read back from disk is untrusted: a field of the wrong JSON type
+// is an error naming the field, never an exception (fuzz_bundle found
+// "format": 0 aborting the reader).
+TEST(BundleManifest, FieldsOfTheWrongTypeAreErrors) {
+  for (const char* format : {"0", "[]", "{}", "null", "\"kthost\""}) {
+    std::string text = std::string(R"({"format":)") + format +
+                       R"(,"version":1,"clock":{"perf_to_tsc":"identity"},"cpus":[],"flush_seq":1,"files":{}})";
+    auto m = parse_manifest(text, "manifest.json");
+    ASSERT_FALSE(m) << text;
+    EXPECT_NE(m.error().message.find("manifest.json: format"), std::string::npos) << m.error().message;
+  }
+}
+
 TEST_F(BundleTest, MissingListedFile) {
   auto w = writer();
   ASSERT_TRUE(w->close());

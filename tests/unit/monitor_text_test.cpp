@@ -86,6 +86,16 @@ TEST(Gpa2hva, ParsesAnswerAndRejectsOthers) {
   EXPECT_FALSE(parse_gpa2hva("Host virtual address for 0x1000 (ram0) is 0xzz\r\n"));
 }
 
+// QMP's "error" member comes from QEMU and is checked, not trusted.
+TEST(QmpErrorText, ReadsClassAndDescAndToleratesAnyShape) {
+  using nlohmann::json;
+  EXPECT_EQ(qmp_error_text(json{{"class", "GenericError"}, {"desc", "no such device"}}),
+            "GenericError: no such device");
+  EXPECT_EQ(qmp_error_text(json{{"class", 7}, {"desc", json::array()}}), "?: ?");
+  EXPECT_EQ(qmp_error_text(json("a string")), "?: ?");
+  EXPECT_EQ(qmp_error_text(json{{"class", "C"}, {"desc", "bell\x07"}}), "C: bell?");
+}
+
 TEST(BackendChoice, ParsesNames) {
   EXPECT_EQ(*parse_backend_choice("mmap"), BackendChoice::Mmap);
   EXPECT_EQ(*parse_backend_choice("process"), BackendChoice::Process);

@@ -70,7 +70,9 @@ Result<BundleManifest> parse_manifest(const std::string& text, const std::string
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded()) return bad(name, "not valid JSON");
   if (!j.is_object()) return bad(name, "not a JSON object");
-  if (j.value("format", std::string()) != "kthost-bundle") return bad(name, "format is not \"kthost-bundle\"");
+  auto format = j.find("format");
+  if (format == j.end() || !format->is_string() || *format != "kthost-bundle")
+    return bad(name, "format is not \"kthost-bundle\"");
   BundleManifest m;
   auto version = get_uint<int>(j, "version", 1000);
   if (!version) return bad(name, "missing or bad \"version\"");

@@ -65,6 +65,21 @@ const char* part_of(const FunctionInfo& f, const KallsymsFunctions& kallsyms) {
   return nullptr;
 }
 
+// ktguard's ftrace wrappers are named ktg_wrap_<the end of the hooked
+// function's name> (guest-kit/ktguard/guard_hooks.c): ktg_wrap_prog_pack_free
+// for bpf_prog_pack_free. The wrapper's call of the original is the kernel's
+// own work, which runs the same without kthost (its wait for pack_mutex
+// too): not the observer's.
+bool calls_the_hooked_original(const FunctionInfo& caller, const FunctionInfo& callee) {
+  constexpr std::string_view kWrap = "ktg_wrap_";
+  std::string_view wrapper = caller.name;
+  if (caller.module != "ktguard" || !starts_with(wrapper, kWrap) || callee.module == "ktguard") return false;
+  std::string_view hooked = wrapper.substr(kWrap.size());
+  std::string_view name = callee.name;
+  name = name.substr(0, name.find('.'));  // bpf_prog_pack_free.cold and the like
+  return !hooked.empty() && name.size() >= hooked.size() && name.substr(name.size() - hooked.size()) == hooked;
+}
+
 }  // namespace
 
 ObserverShare observer_share(const Profile& profile, const Symbolizer& symbols) {
@@ -92,12 +107,16 @@ ObserverShare observer_share(const Profile& profile, const Symbolizer& symbols) 
         from = i;
         break;
       }
-    for (size_t i = from; i < path.size(); ++i)
+    for (size_t i = from; i < path.size(); ++i) {
+      if (path[i] < symbols.size() && i + 1 < path.size() && path[i + 1] < symbols.size() &&
+          calls_the_hooked_original(symbols.function(path[i]), symbols.function(path[i + 1])))
+        continue;  // the wrapper's frame does not claim the original's work
       if (const char* p = part(path[i])) {
         share.parts[p] += n;
         share.insns += n;
         break;
       }
+    }
   }
   return share;
 }

@@ -73,9 +73,7 @@ Result<nlohmann::json> LibvirtMonitor::execute(const std::string& command, const
     return Error(ErrorCode::Protocol, "QMP " + command + " through libvirt: reply is not a JSON object: " +
                                           reply.text.substr(0, 120));
   if (auto err = msg.find("error"); err != msg.end()) {
-    std::string cls = err->is_object() ? err->value("class", std::string("?")) : "?";
-    std::string desc = err->is_object() ? err->value("desc", std::string("?")) : "?";
-    return Error(ErrorCode::Protocol, "QMP " + command + " failed: " + cls + ": " + desc);
+    return Error(ErrorCode::Protocol, "QMP " + command + " failed: " + qmp_error_text(*err));
   }
   auto ret = msg.find("return");
   if (ret == msg.end()) return Error(ErrorCode::Protocol, "QMP " + command + ": reply has no \"return\"");

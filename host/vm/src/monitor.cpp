@@ -14,6 +14,15 @@ Result<std::string> Monitor::hmp(const std::string& command_line) {
   return ret.get<std::string>();
 }
 
+std::string qmp_error_text(const json& error) {
+  auto field = [&](const char* key) -> std::string {
+    if (!error.is_object()) return "?";
+    auto it = error.find(key);
+    return it != error.end() && it->is_string() ? sanitize_name(it->get<std::string>()) : "?";
+  };
+  return field("class") + ": " + field("desc");
+}
+
 static Result<uint64_t> register_field(const std::string& text, const char* name) {
   // Fields look like "CR3=0000000101338000"; the name must start a token.
   std::string key = std::string(name) + "=";

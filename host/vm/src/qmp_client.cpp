@@ -82,9 +82,7 @@ Result<json> QmpClient::execute(const std::string& command, const json& argument
     auto mid = msg.find("id");
     if (mid == msg.end() || !mid->is_number_unsigned() || mid->get<uint64_t>() != id) continue;  // stale reply
     if (auto err = msg.find("error"); err != msg.end()) {
-      std::string cls = err->value("class", std::string("?"));
-      std::string desc = err->value("desc", std::string("?"));
-      return Error(ErrorCode::Protocol, "QMP " + command + " failed: " + cls + ": " + desc);
+      return Error(ErrorCode::Protocol, "QMP " + command + " failed: " + qmp_error_text(*err));
     }
     auto ret = msg.find("return");
     if (ret == msg.end()) return Error(ErrorCode::Protocol, "QMP " + command + ": reply has no \"return\"");

@@ -9,6 +9,9 @@
 //                    through perf) and the polls and wakeups of its rings
 //   kallsyms reads   /proc/kallsyms's seq_file functions (kernel/kallsyms.c),
 //                    whoever reads it: ktguest no longer does during a trace
+// ktguard's wrapper frame does not claim the hooked function it calls on to
+// (bpf_prog_pack_free under ktg_wrap_prog_pack_free): that is the kernel's
+// own work, which runs the same without kthost.
 // Only the frames from the topmost interrupt or exception entry up count: a
 // timer tick that strikes during a hold is not the observer's doing (the
 // channel's own interrupt handlers, above their entry, are).

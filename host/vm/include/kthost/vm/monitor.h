@@ -22,6 +22,11 @@ class Monitor {
   Result<std::string> hmp(const std::string& command_line);
 };
 
+// A QMP "error" member as "Class: description". QEMU's reply is checked, not
+// trusted: a member that is not an object, or fields that are not strings,
+// read as "?" rather than throw.
+std::string qmp_error_text(const nlohmann::json& error);
+
 // Registers of one vCPU, from HMP "info registers".
 struct CpuRegisters {
   uint64_t rip = 0, cr0 = 0, cr3 = 0, cr4 = 0, efer = 0;
