@@ -228,6 +228,25 @@ void kernel_tb_exec(unsigned index, void* userdata) {
 
 void user_tb_exec(unsigned index, void*) { on_block(index, g_user_block); }
 
+// A block that is one REP string instruction: QEMU runs each iteration as a
+// block of its own, and most of a guest's blocks are these (a clear_page is
+// 512). The iterations after the first take the short way: no packet, no
+// frame, no flush, nothing to settle (the next other block does that).
+void rep_tb_exec(unsigned index, void* userdata) {
+  if (index < g_vcpus.size()) {
+    Vcpu& v = g_vcpus[index];
+    const auto& block = *static_cast<const ktpt::Block*>(userdata);
+    if (v.tracing && g_enabled.load(std::memory_order_relaxed) && v.encoder->is_rep_repeat(block) &&
+        (!v.truth || v.truth->is_rep_repeat(block))) {
+      v.encoder->take_rep_repeat(block);
+      if (v.truth) v.truth->take_rep_repeat(block);
+      v.iret_loaded = false;
+      return;
+    }
+  }
+  kernel_tb_exec(index, userdata);
+}
+
 // An instruction callback fires before the instruction runs, so a faulting
 // instruction looks executed.  A memory callback fires only after an access
 // succeeded: an instruction that got fewer memory callbacks than it makes
@@ -340,7 +359,8 @@ void tb_translate(qemu_plugin_id_t, struct qemu_plugin_tb* tb) {
     block->id = static_cast<uint32_t>(g_blocks.size());
     g_blocks.push_back(block);
   }
-  qemu_plugin_register_vcpu_tb_exec_cb(tb, kernel_tb_exec, QEMU_PLUGIN_CB_NO_REGS, block);
+  const bool rep_alone = n == 1 && block->end == ktpt::EndKind::Rep;
+  qemu_plugin_register_vcpu_tb_exec_cb(tb, rep_alone ? rep_tb_exec : kernel_tb_exec, QEMU_PLUGIN_CB_NO_REGS, block);
 }
 
 void vcpu_idle(qemu_plugin_id_t, unsigned index) {
@@ -359,10 +379,10 @@ void write_stats(unsigned index, const Vcpu& v) {
   const std::string pt = output_path(index, KTHOST_PT_FILE_PACKETS);
   const long long pt_bytes = stat(pt.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : -1;
   std::fprintf(f,
-               "pt_bytes=%lld\nkernel_blocks=%llu\nkernel_insns=%llu\ngt_entries=%llu\nevents=%llu\n"
+               "pt_bytes=%lld\nkernel_blocks=%llu\nrep_repeats=%llu\nkernel_insns=%llu\ngt_entries=%llu\nevents=%llu\n"
                "resolved_async=%llu\nresolved_fault=%llu\noverflows=%llu\npsbs=%llu\nenables=%llu\n"
                "disables=%llu\nencode_errors=%llu\nwrite_failed=%d\ngt_faults_removed=%llu\n",
-               pt_bytes, static_cast<unsigned long long>(s.kernel_blocks),
+               pt_bytes, static_cast<unsigned long long>(s.kernel_blocks), static_cast<unsigned long long>(s.rep_repeats),
                static_cast<unsigned long long>(s.kernel_insns), static_cast<unsigned long long>(v.gt_entries),
                static_cast<unsigned long long>(s.events), static_cast<unsigned long long>(s.resolved_async),
                static_cast<unsigned long long>(s.resolved_fault), static_cast<unsigned long long>(s.overflows),

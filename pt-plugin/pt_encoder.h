@@ -78,6 +78,7 @@ struct EncoderOptions {
 
 struct EncoderStats {
   uint64_t kernel_blocks = 0;
+  uint64_t rep_repeats = 0;           // of them, REP iterations after the first (take_rep_repeat)
   uint64_t kernel_insns = 0;          // instructions of executed kernel blocks (REP once, faults counted whole)
   uint64_t events = 0;                // discontinuities encoded as FUP+TIP
   uint64_t resolved_async = 0;        // deferred frames resolved as "after the block"
@@ -101,6 +102,20 @@ class VcpuEncoder {
   // The vCPU is about to execute `block` (kernel or user).  The block object
   // must outlive the next call.
   void on_block(const Block& block);
+
+  // A REP string instruction's own block running once more, right after
+  // the block it ends (QEMU runs each iteration as a block): PT writes
+  // nothing for it. take_rep_repeat takes such a block as run, as on_block
+  // would. Inline: the plugin calls them for every iteration of every REP
+  // (most of the blocks a guest runs).
+  bool is_rep_repeat(const Block& block) const {
+    return in_kernel_ && prev_->end == EndKind::Rep && prev_->last == block.start;
+  }
+  void take_rep_repeat(const Block& block) {
+    ++stats_.kernel_blocks;
+    ++stats_.rep_repeats;
+    prev_ = &block;
+  }
 
   // Tracing stops here: pending TNT bits are written, open frames become OVF.
   // Calling on_block again later re-enables with TIP.PGE.

@@ -56,6 +56,17 @@ class TruthStacks {
   void on_user();
   // A kernel block is about to run; `block_id` names it in the dump.
   void on_kernel_block(const Block& b, uint32_t block_id);
+  // One more iteration of the REP that the last block ended with (see
+  // VcpuEncoder::is_rep_repeat): it moves no frame and counts nothing, and
+  // take_rep_repeat takes it as on_kernel_block would.
+  bool is_rep_repeat(const Block& b) const {
+    return !from_user_ && prev_ && prev_->end == EndKind::Rep && prev_->last == b.start;
+  }
+  void take_rep_repeat(const Block& b) {
+    if (full_) return;
+    prev_ = &b;
+    prev_called_ = false;
+  }
   // The last instruction of the current block stored its return address at
   // `slot` (a call); loaded one from `slot` (a return); an IRET loaded its
   // frame's RIP from `slot`.

@@ -111,6 +111,17 @@ struct Trace {
     blocks.push_back(b);
     encoder.on_block(blocks.back());
   }
+  // As the plugin runs a block that is one REP instruction (rep_tb_exec).
+  // Returns whether it took the short way.
+  bool run_rep_alone(const Block& b) {
+    blocks.push_back(b);
+    if (encoder.is_rep_repeat(blocks.back())) {
+      encoder.take_rep_repeat(blocks.back());
+      return true;
+    }
+    encoder.on_block(blocks.back());
+    return false;
+  }
   void from_user() { encoder.on_block(user); }
   std::vector<std::string> finish() {
     encoder.stop();
@@ -241,6 +252,41 @@ TEST(PtEncoder, RepIterationsCollapseAndAnInterruptedRepIsFupAtIt) {
   r.from_user();
   EXPECT_EQ(r.finish(), with_header({"tip.pge ffffffff81000100", "fup ffffffff81000102", "tip ffffffff81000900",
                                      "tip ffffffff81000102", "tip.pgd"}));
+}
+
+// The plugin's short way for REP iterations writes the same packets and
+// counts the same blocks as on_block, and is taken only for an iteration
+// after the first: not for a jump to the REP, nor its resumption after an
+// IRET, nor after user code.
+TEST(PtEncoder, RepIterationsTakenTheShortWayWriteTheSamePackets) {
+  auto sequence = [](Trace& r, bool short_way, std::vector<bool>* taken) {
+    auto rep = [&](const Block& b) {
+      if (short_way) taken->push_back(r.run_rep_alone(b));
+      else r.run(b);
+    };
+    r.from_user();
+    r.run(kblock(K + 0x100, 2, EndKind::Rep));  // rep at K+0x102, first iteration
+    rep(kblock(K + 0x102, 1, EndKind::Rep));     // 2nd
+    rep(kblock(K + 0x102, 1, EndKind::Rep));     // 3rd
+    r.run(kblock(K + 0x900, 1, EndKind::Iret));  // interrupt mid-rep
+    rep(kblock(K + 0x102, 1, EndKind::Rep));     // resumed: not a repeat
+    rep(kblock(K + 0x102, 1, EndKind::Rep));     // a repeat again
+    r.run(kblock(K + 0x104, 1, EndKind::DirectJmp, K + 0x102));
+    rep(kblock(K + 0x102, 1, EndKind::Rep));     // jumped to: not a repeat
+    r.run(kblock(K + 0x104, 1, EndKind::ToUser));
+    r.from_user();
+    rep(kblock(K + 0x102, 1, EndKind::Rep));     // entered from user: not a repeat
+    r.run(kblock(K + 0x104, 1, EndKind::ToUser));
+  };
+  Trace slow, fast;
+  std::vector<bool> taken;
+  sequence(slow, false, nullptr);
+  sequence(fast, true, &taken);
+  EXPECT_EQ(taken, (std::vector<bool>{true, true, false, true, false, false}));
+  EXPECT_EQ(fast.encoder.stats().kernel_blocks, slow.encoder.stats().kernel_blocks);
+  EXPECT_EQ(fast.encoder.stats().kernel_insns, slow.encoder.stats().kernel_insns);
+  EXPECT_EQ(fast.encoder.stats().rep_repeats, 3u);
+  EXPECT_EQ(fast.finish(), slow.finish());
 }
 
 TEST(PtEncoder, HaltAndSoftwareInterruptNeedNoDeferral) {

@@ -39,6 +39,32 @@ std::vector<std::string> stack_of(const TruthStacks& t) {
 
 using S = std::vector<std::string>;
 
+// The plugin's short way for REP iterations (is_rep_repeat, take_rep_repeat)
+// counts nothing more and leaves the next block where on_kernel_block would.
+TEST(TruthStacks, RepIterationsTakenTheShortWayCountTheRepOnce) {
+  Block first = kblock(0x1000, 2, EndKind::Rep);  // the REP at 0x1002
+  Block again = kblock(0x1002, 1, EndKind::Rep);
+  Block after = kblock(0x1004, 1, EndKind::DirectCall, 0x3000);
+  Block callee = kblock(0x3000, 1, EndKind::Return);
+  TruthStacks t;
+  t.on_user();
+  EXPECT_FALSE(t.is_rep_repeat(again)) << "after user code";
+  t.on_kernel_block(first, 1);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(t.is_rep_repeat(again));
+    t.take_rep_repeat(again);
+  }
+  EXPECT_FALSE(t.is_rep_repeat(after));
+  t.on_kernel_block(after, 3);
+  t.on_call(kTaskA + 0xf00, after.next);
+  t.on_kernel_block(callee, 4);
+  EXPECT_EQ(t.count(TruthStacks::kEmpty, 1), 1u);
+  EXPECT_EQ(t.count(TruthStacks::kEmpty, 2), 0u) << "iterations are not counted";
+  EXPECT_EQ(t.count(TruthStacks::kEmpty, 3), 1u);
+  EXPECT_EQ(stack_of(t), (S{"1006"}));
+  EXPECT_EQ(t.transitions(after.last, 0x3000, TruthStacks::Transition::Call), 1u);
+}
+
 TEST(TruthStacks, ACallPushesItsReturnAddressAndTheReturnAtTheSameSlotPops) {
   TruthStacks t;
   Block entry = kblock(0x1000, 3, EndKind::DirectCall, 0x2000);
