@@ -142,6 +142,12 @@ Result<DomainXml> DomainXml::parse(const std::string& xml) {
       else if (key == "trigger") d.pt_plugin_trigger = std::string(value);
     }
   }
+  xmlXPathRegisterNs(ctx.get(), xc("kthost"), xc(kAgentMetadataNamespace));
+  d.has_agent_metadata = x.count("/domain/metadata/kthost:trace") > 0;
+  if (d.has_agent_metadata) {
+    d.agent_enabled = sanitize_name(x.text("/domain/metadata/kthost:trace[1]/@enabled"), 256);
+    d.agent_tag = sanitize_name(x.text("/domain/metadata/kthost:trace[1]/@tag"), 256);
+  }
   return d;
 }
 

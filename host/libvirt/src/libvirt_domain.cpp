@@ -32,9 +32,9 @@ DomainState to_state(int s) {
   }
 }
 
-// qemu:///system and qemu:///session are local; qemu+ssh://host/system is
-// not, and a remote QEMU's pid, /proc and sockets are not ours to read.
-bool uri_is_local(const std::string& uri) {
+}  // namespace
+
+bool libvirt_uri_is_local(const std::string& uri) {
   auto p = uri.find("://");
   if (p == std::string::npos) return false;
   std::string scheme = uri.substr(0, p);
@@ -42,6 +42,8 @@ bool uri_is_local(const std::string& uri) {
   if (scheme.find('+') != std::string::npos && scheme != "qemu+unix") return false;
   return rest.empty() || rest[0] == '/' || starts_with(rest, "localhost/");
 }
+
+namespace {
 
 std::string dirname_of(const std::string& path) {
   auto p = path.rfind('/');
@@ -104,7 +106,7 @@ LibvirtDomain::~LibvirtDomain() = default;
 Result<LibvirtDomain> LibvirtDomain::open(const std::string& uri_in, const std::string& name) {
   libvirt_detail::ensure_libvirt_initialized();
   std::string uri = uri_in.empty() ? kDefaultUri : uri_in;
-  if (!uri_is_local(uri))
+  if (!libvirt_uri_is_local(uri))
     return Error(ErrorCode::Unsupported, "libvirt URI " + uri +
                                              " is not local: kthost reads the QEMU process's memory and sockets, so "
                                              "it must run on the domain's host (use qemu:///system there)");

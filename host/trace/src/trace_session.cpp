@@ -369,9 +369,17 @@ bool TraceSession::step(std::chrono::milliseconds wait) {
   return !s.ended;
 }
 
+bool TraceSession::ready() const { return s_->view.handshake_done && s_->view.state && s_->view.state->complete; }
+
+Status TraceSession::page_tables_still_valid() {
+  std::lock_guard<std::mutex> lock(s_->saver_mu);
+  KT_TRY(s_->walker->walk(s_->layout.text_start));
+  return ok_status();
+}
+
 bool TraceSession::wait_ready(std::chrono::milliseconds timeout) {
   auto deadline = Clock::now() + timeout;
-  while (!(s_->view.handshake_done && s_->view.state && s_->view.state->complete)) {
+  while (!ready()) {
     if (Clock::now() >= deadline || !step()) return false;
   }
   return true;

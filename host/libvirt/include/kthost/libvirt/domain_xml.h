@@ -32,11 +32,20 @@ struct DomainXml {
   // The software PT plugin's out= and trigger= arguments, from the -plugin
   // argument's value ("file=...ktpt.so,out=DIR,trigger=FILE").
   std::string pt_plugin_out, pt_plugin_trigger;
+  // The agent's opt-in, from <metadata><kthost:trace xmlns:kthost=
+  // "urn:kthost:agent:1" enabled='yes|no' tag='...'/></metadata>: whether the
+  // element is there, its enabled= ("" when absent) and its tag= (for
+  // `kthost agent --match`). Untrusted text, kept at most 256 bytes each.
+  bool has_agent_metadata = false;
+  std::string agent_enabled, agent_tag;
 
   // Errors: InvalidInput for text that is not XML or lacks <domain>, <name>,
   // <memory> or <vcpu>.
   static Result<DomainXml> parse(const std::string& xml);
 };
+
+// The namespace of kthost's element in a domain's <metadata>.
+inline constexpr const char* kAgentMetadataNamespace = "urn:kthost:agent:1";
 
 // The <memoryBacking> block to add for a shared memfd backing.
 std::string shared_memory_xml_hint();

@@ -99,6 +99,10 @@ class LibvirtDomain {
   std::vector<std::string> warnings_;
 };
 
+// qemu:///system and qemu:///session are local; qemu+ssh://host/system is
+// not, and a remote QEMU's pid, /proc and sockets are not ours to read.
+bool libvirt_uri_is_local(const std::string& uri);
+
 // The QEMU process that owns thread `tid` (its Tgid in /proc/<tid>/status).
 Result<int> thread_group_of(int tid);
 

@@ -107,6 +107,15 @@ class TraceSession {
   // (so its guard is open and every later unload is held), at most `timeout`.
   // False when that did not happen in time or the session ended.
   bool wait_ready(std::chrono::milliseconds timeout);
+  // True once the guest helper has shaken hands and sent its whole state
+  // dump (what wait_ready waits for); never blocks.
+  bool ready() const;
+  // Whether the page tables the session opened on still map the kernel's
+  // text. A session opened while the guest was booting walks the early
+  // tables, which the kernel drops (and its initial text predates the boot's
+  // own patching): a front end that finds this false once the guest is ready
+  // should start a new bundle. Errors: the walk's, naming the table at fault.
+  Status page_tables_still_valid();
 
   // Stops PT, closes the bundle and writes summary.json. `reason` is why the
   // caller ended (ignored when the session ended by itself). Errors: the

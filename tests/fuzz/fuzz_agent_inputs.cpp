@@ -1,0 +1,21 @@
+// What the agent reads from others: an HTTP request on its status socket
+// (any local client) and a domain's XML with its kthost metadata (whoever
+// defines domains), then the opt-in decision on it.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kthost/agent/opt_in.h"
+#include "kthost/agent/status_server.h"
+#include "kthost/libvirt/domain_xml.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string text(reinterpret_cast<const char*>(data), size);
+  (void)kt::parse_status_request(text);
+  auto xml = kt::DomainXml::parse(text);
+  if (xml) {
+    auto d = kt::decide_opt_in(*xml, {"ci-*", "farm"});
+    if (d.why.empty()) __builtin_trap();
+  }
+  return 0;
+}

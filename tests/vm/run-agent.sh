@@ -1,0 +1,197 @@
+#!/bin/bash
+# kthost agent end to end, against real libvirtd and three TCG domains at once
+# (one vCPU each, the software PT plugin), checked against each guest's own
+# view of its BPF JIT images (jited_prog_insns, written by ktprobe):
+#   1. the agent follows libvirt and traces the domains that opt in: kthost-ag1
+#      by name, kthost-ag2 by the tag in its kthost <metadata> element, and
+#      kthost-ag3, whose RAM is anonymous (no shared backing), through QEMU's
+#      process memory, chosen by itself; kthost-ag0 has no org.kthost.0
+#      channel and is listed as not traced, with why;
+#   2. each guest runs its own BPF (a different seed each) and module
+#      workload at the same time; every bundle holds exactly its own guest's
+#      JIT bytes, and none of another guest's (no cross-talk);
+#   3. kthost-ag3 is destroyed mid-trace: its bundle is closed and reads
+#      back (kthost report), and the others' holds go on being answered;
+#   4. kthost-ag2 is restarted: a second boot directory and bundle, with the
+#      programs loaded after the restart;
+#   5. the status (text and JSON) and the Prometheus metrics say the same as
+#      the bundles (holds > 0 for each domain, a parser of our own here);
+#   6. SIGTERM closes every bundle, and the agent exits 0.
+# usage: tests/vm/run-agent.sh BUILD_DIR [WORK_DIR]
+set -euo pipefail
+BUILD=$(cd "${1:?usage: run-agent.sh BUILD_DIR [WORK_DIR]}" && pwd)
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+W=${2:-$BUILD/agent-test}
+K=$BUILD/host/cli/kthost
+LV=$SRC/vm-images/libvirt/kthost-libvirt.sh
+CHECK_BPF=$SRC/tests/tools/check-bpf-text.py
+DOMS="kthost-ag0 kthost-ag1 kthost-ag2 kthost-ag3"
+rm -rf "$W"
+mkdir -p "$W"
+OUT=$W/out
+SOCK=$W/agent.sock
+AGENT=""
+say() { echo "agent test: $*"; }
+failed=0
+check() {  # check WHAT CONDITION-COMMAND...
+  local what=$1
+  shift
+  if "$@"; then say "ok    $what"; else say "FAIL  $what"; failed=1; fi
+}
+cleanup() {
+  [ -z "$AGENT" ] || kill -TERM "$AGENT" 2>/dev/null || true
+  for d in $DOMS; do
+    cp "/run/kthost/$d/console.log" "$W/console-$d.log" 2>/dev/null || true
+    "$LV" undefine "$d" >/dev/null 2>&1 || true
+  done
+}
+trap cleanup EXIT
+trap 'say "stopped by a signal"; exit 130' INT TERM HUP
+status_json() { "$K" agent --status --json --socket "$SOCK"; }
+# domain_field DOMAIN FIELD: the field of the domain's live (not ended) tracer.
+domain_field() {
+  status_json | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+live = [d for d in s["domains"] if d["name"] == sys.argv[1] and d["state"] != "ended"]
+print(live[-1][sys.argv[2]] if live else "")' "$1" "$2"
+}
+# wait_ready DOMAIN...: until each has a tracer whose guest helper is ready.
+wait_ready() {
+  local deadline=$((SECONDS + 240)) d
+  for d in "$@"; do
+    until [ "$(domain_field "$d" ready 2>/dev/null)" = True ]; do
+      if [ $SECONDS -ge $deadline ]; then
+        say "domain $d never became ready under the agent"; "$K" agent --status --socket "$SOCK" || true
+        tail -n 40 "$W/agent.log"; exit 1
+      fi
+      sleep 1
+    done
+  done
+}
+g() { local d=$1; shift; "$K" exec --domain "$d" --timeout 600 -- "$@"; }
+# workload DOMAIN SEED FILE: BPF programs of three kinds (seeded: different
+# programs in each guest) and two module cycles; FILE gets the guest's JIT bytes.
+workload() {
+  g "$1" "ktprobe bpf-stress --count 8 --kinds socket,xdp,fentry --seed $2 --out /tmp/bpf-$2.txt >/dev/null &&
+     for i in 1 2; do insmod /lib/kthost-test/dummy.ko && rmmod dummy || exit 1; done" >/dev/null &&
+    g "$1" cat "/tmp/bpf-$2.txt" >"$3"
+}
+bundle_of() { domain_field "$1" bundle; }
+
+say "1. libvirtd, four domains (TCG, 1 vCPU, 320 MiB), the agent"
+"$LV" start-daemon >/dev/null
+for d in $DOMS; do "$LV" undefine "$d" >/dev/null 2>&1 || true; done
+"$LV" define "$BUILD/vm-image" --name kthost-ag0 --accel tcg --vcpus 1 --mem 320 --no-channel --no-plugin >/dev/null
+"$LV" define "$BUILD/vm-image" --name kthost-ag1 --accel tcg --vcpus 1 --mem 320 >/dev/null
+"$LV" define "$BUILD/vm-image" --name kthost-ag2 --accel tcg --vcpus 1 --mem 320 >/dev/null
+virsh -q -c qemu:///system metadata kthost-ag2 --uri urn:kthost:agent:1 --key kthost --config \
+  --set "<trace enabled='yes' tag='farm'/>" >/dev/null
+"$LV" define "$BUILD/vm-image" --name kthost-ag3 --accel tcg --vcpus 1 --mem 320 --ram none >/dev/null
+"$K" agent --output "$OUT" --socket "$SOCK" --match 'kthost-ag1,kthost-ag3,farm' >"$W/agent.log" 2>&1 &
+AGENT=$!
+pids=""
+for d in $DOMS; do "$LV" start "$d" --timeout 300 >"$W/start-$d.log" 2>&1 & pids="$pids $!"; done
+for p in $pids; do wait "$p" || { cat "$W"/start-*.log; say "a domain did not boot"; exit 1; }; done
+wait_ready kthost-ag1 kthost-ag2 kthost-ag3
+"$K" agent --status --socket "$SOCK"
+check "ag3 (anonymous RAM) is read through QEMU process memory" \
+  [ "$(domain_field kthost-ag3 memory_backend)" = process ]
+check "ag1 and ag2 (shared RAM) are read through the mapping" \
+  [ "$(domain_field kthost-ag1 memory_backend)$(domain_field kthost-ag2 memory_backend)" = mmapmmap ]
+check "every traced domain has software PT" \
+  [ "$(for d in 1 2 3; do domain_field kthost-ag$d pt_source; done | sort -u)" = software ]
+check "ag0 (no channel) is listed as not traced, with why" \
+  python3 -c 'import json,sys; s=json.load(sys.stdin); sys.exit(0 if any(x["name"]=="kthost-ag0" and "org.kthost.0" in x["why"] for x in s["skipped"]) else 1)' \
+  < <(status_json)
+
+say "2. three workloads at once (BPF seeds 11, 12, 13; module cycles)"
+pids=""
+for i in 1 2 3; do workload kthost-ag$i 1$i "$W/ag$i-bpf1.txt" & pids="$pids $!"; done
+for p in $pids; do wait "$p" || { say "a workload failed"; exit 1; }; done
+for i in 1 2 3; do echo "kthost-ag$i $(bundle_of kthost-ag$i)"; done >"$W/bundles-1.txt"
+holds_before=$(for i in 1 2; do domain_field kthost-ag$i holds; done | paste -sd' ')
+
+say "3. kthost-ag3 destroyed mid-trace"
+ag3_bundle=$(bundle_of kthost-ag3)
+virsh -q -c qemu:///system destroy kthost-ag3 >/dev/null
+deadline=$((SECONDS + 60))
+until [ -f "$ag3_bundle/summary.json" ] || [ $SECONDS -ge $deadline ]; do sleep 1; done
+check "ag3's bundle was closed (summary.json)" [ -f "$ag3_bundle/summary.json" ]
+check "ag3's bundle reads back (kthost report)" bash -c "'$K' report '$ag3_bundle' --json --quiet >'$W/ag3-report.json'"
+check "ag3's BPF text: its own 8 programs" "$CHECK_BPF" "$ag3_bundle" "$W/ag3-bpf1.txt"
+say "   ag1 and ag2 go on: a second workload each (seeds 21, 22)"
+pids=""
+for i in 1 2; do workload kthost-ag$i 2$i "$W/ag$i-bpf2.txt" & pids="$pids $!"; done
+for p in $pids; do wait "$p" || { say "a workload after the destroy failed"; exit 1; }; done
+holds_after=$(for i in 1 2; do domain_field kthost-ag$i holds; done | paste -sd' ')
+say "   holds of ag1 ag2: before the destroy $holds_before, after $holds_after"
+check "ag1 and ag2 holds went on being answered" python3 -c '
+import sys
+b, a = [list(map(int, x.split())) for x in sys.argv[1:3]]
+sys.exit(0 if all(y > x for x, y in zip(b, a)) else 1)' "$holds_before" "$holds_after"
+
+say "4. kthost-ag2 restarted"
+ag2_first=$(bundle_of kthost-ag2)
+virsh -q -c qemu:///system destroy kthost-ag2 >/dev/null
+"$LV" start kthost-ag2 --timeout 300 >"$W/restart-ag2.log" 2>&1 || { cat "$W/restart-ag2.log"; exit 1; }
+deadline=$((SECONDS + 60))
+until [ -n "$(bundle_of kthost-ag2)" ] && [ "$(bundle_of kthost-ag2)" != "$ag2_first" ] || [ $SECONDS -ge $deadline ]; do sleep 1; done
+wait_ready kthost-ag2
+ag2_second=$(bundle_of kthost-ag2)
+say "   first $ag2_first, second $ag2_second"
+check "ag2's second bundle is in a new boot directory" \
+  [ "$(dirname "$ag2_first")" != "$(dirname "$ag2_second")" -a "$(dirname "$(dirname "$ag2_second")")" = "$OUT/kthost-ag2" ]
+workload kthost-ag2 32 "$W/ag2-bpf3.txt"
+
+say "5. status and metrics"
+"$K" agent --status --socket "$SOCK" | tee "$W/status.txt"
+status_json >"$W/status.json"
+"$K" agent --status --metrics --socket "$SOCK" >"$W/metrics.txt"
+check "metrics: well-formed, every traced domain with holds > 0, ag2 with 2 bundles" python3 - "$W/metrics.txt" <<'PY'
+import re, sys
+line_re = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
+label_re = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)",?')
+typed, samples = set(), {}
+for line in open(sys.argv[1]):
+    line = line.rstrip("\n")
+    if line.startswith("# TYPE "):
+        typed.add(line.split()[2]); continue
+    if line.startswith("#") or not line: continue
+    m = line_re.match(line)
+    assert m, f"not a sample: {line}"
+    assert m.group(1) in typed, f"no TYPE for {m.group(1)}"
+    labels = dict(label_re.findall(m.group(3) or ""))
+    samples[(m.group(1), labels.get("domain", ""))] = float(m.group(4))
+for d in ("kthost-ag1", "kthost-ag2", "kthost-ag3"):
+    assert samples.get(("kthost_domain_holds_total", d), 0) > 0, f"{d}: no holds in the metrics"
+assert samples[("kthost_domain_bundles_total", "kthost-ag2")] >= 2, "ag2: fewer than 2 bundles"
+assert samples[("kthost_agent_libvirt_connected", "")] == 1
+print("metrics: %d samples" % len(samples))
+PY
+
+say "6. SIGTERM: every bundle closed"
+kill -TERM "$AGENT"
+rc=0
+timeout 120 tail --pid="$AGENT" -f /dev/null || rc=$?
+wait "$AGENT" || rc=$?
+AGENT=""
+check "the agent exited 0 on SIGTERM" [ "$rc" = 0 ]
+tail -n 5 "$W/agent.log"
+check "every bundle has its summary.json" bash -c "! find '$OUT' -mindepth 3 -maxdepth 3 -type d '!' -exec test -f '{}/summary.json' ';' -print | grep -q ."
+find "$OUT" -mindepth 3 -maxdepth 3 -type d | sort | tee "$W/bundles.txt"
+
+say "7. BPF text: each bundle holds its own guest's JIT bytes, and none of another's"
+ag1=$(awk '$1=="kthost-ag1"{print $2}' "$W/bundles-1.txt")
+check "ag1: its 16 programs (two workloads)" bash -c "'$CHECK_BPF' '$ag1' '$W/ag1-bpf1.txt' && '$CHECK_BPF' '$ag1' '$W/ag1-bpf2.txt'"
+check "ag2 first boot: its 16 programs" bash -c "'$CHECK_BPF' '$ag2_first' '$W/ag2-bpf1.txt' && '$CHECK_BPF' '$ag2_first' '$W/ag2-bpf2.txt'"
+check "ag2 second boot: the 8 loaded after the restart" "$CHECK_BPF" "$ag2_second" "$W/ag2-bpf3.txt"
+crosstalk() {  # crosstalk BUNDLE PROBE: exit 0 when none of PROBE's programs is in BUNDLE
+  { "$CHECK_BPF" "$1" "$2" --json || true; } | python3 -c 'import json,sys; r=json.load(sys.stdin); sys.exit(0 if r["matched"]==0 and r["programs"]>0 else 1)'
+}
+for pair in "$ag1:ag2-bpf1 ag2-bpf2 ag3-bpf1" "$ag2_first:ag1-bpf1 ag1-bpf2 ag3-bpf1" "$ag3_bundle:ag1-bpf1 ag2-bpf1"; do
+  b=${pair%%:*}
+  for other in ${pair#*:}; do check "no cross-talk: $(basename "$(dirname "$(dirname "$b")")") holds none of $other" crosstalk "$b" "$W/$other.txt"; done
+done
+[ $failed = 0 ] || { say "FAILED (see above; agent log $W/agent.log)"; exit 1; }
+say "all checks passed"
