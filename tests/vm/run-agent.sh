@@ -12,11 +12,16 @@
 #      JIT bytes, and none of another guest's (no cross-talk);
 #   3. kthost-ag3 is destroyed mid-trace: its bundle is closed and reads
 #      back (kthost report), and the others' holds go on being answered;
-#   4. kthost-ag2 is restarted: a second boot directory and bundle, with the
-#      programs loaded after the restart;
-#   5. the status (text and JSON) and the Prometheus metrics say the same as
+#   4. kthost-ag2's QEMU is killed (a crash) and the domain started again: a
+#      second boot directory and bundle, with the programs loaded after it;
+#   5. libvirtd restarted: the agent reconnects, and each domain traces on in
+#      a new bundle of the same boot directory;
+#   6. the status (text and JSON) and the Prometheus metrics say the same as
 #      the bundles (holds > 0 for each domain, a parser of our own here);
-#   6. SIGTERM closes every bundle, and the agent exits 0.
+#   7. SIGTERM closes every bundle, and the agent exits 0;
+#   8. (the BPF checks of 2-5, and cross-talk, on the closed bundles)
+#   9. a second agent with rotation by time and a domain disk budget: a
+#      bundle per rotation, then the budget stops the trace, counted.
 # usage: tests/vm/run-agent.sh BUILD_DIR [WORK_DIR]
 set -euo pipefail
 BUILD=$(cd "${1:?usage: run-agent.sh BUILD_DIR [WORK_DIR]}" && pwd)
@@ -131,9 +136,12 @@ import sys
 b, a = [list(map(int, x.split())) for x in sys.argv[1:3]]
 sys.exit(0 if all(y > x for x, y in zip(b, a)) else 1)' "$holds_before" "$holds_after"
 
-say "4. kthost-ag2 restarted"
+say "4. kthost-ag2's QEMU killed (a crash), then the domain started again"
 ag2_first=$(bundle_of kthost-ag2)
-virsh -q -c qemu:///system destroy kthost-ag2 >/dev/null
+ag2_qemu=$(cat /run/libvirt/qemu/kthost-ag2.pid)
+kill -KILL "$ag2_qemu"
+deadline=$((SECONDS + 60))
+until [ "$(virsh -q -c qemu:///system domstate kthost-ag2 2>/dev/null)" = "shut off" ] || [ $SECONDS -ge $deadline ]; do sleep 0.5; done
 "$LV" start kthost-ag2 --timeout 300 >"$W/restart-ag2.log" 2>&1 || { cat "$W/restart-ag2.log"; exit 1; }
 deadline=$((SECONDS + 60))
 until [ -n "$(bundle_of kthost-ag2)" ] && [ "$(bundle_of kthost-ag2)" != "$ag2_first" ] || [ $SECONDS -ge $deadline ]; do sleep 1; done
@@ -144,7 +152,27 @@ check "ag2's second bundle is in a new boot directory" \
   [ "$(dirname "$ag2_first")" != "$(dirname "$ag2_second")" -a "$(dirname "$(dirname "$ag2_second")")" = "$OUT/kthost-ag2" ]
 workload kthost-ag2 32 "$W/ag2-bpf3.txt"
 
-say "5. status and metrics"
+say "5. libvirtd restarted under the agent"
+ag1_before=$(bundle_of kthost-ag1)
+libvirtd_pid=$(cat /run/libvirtd.pid)
+kill "$libvirtd_pid"
+while kill -0 "$libvirtd_pid" 2>/dev/null; do sleep 0.2; done
+sleep 2
+"$LV" start-daemon >/dev/null
+deadline=$((SECONDS + 90))
+until [ "$(status_json | python3 -c 'import json,sys; print(json.load(sys.stdin)["libvirt_reconnects"])')" -ge 1 ] 2>/dev/null &&
+      [ -n "$(bundle_of kthost-ag1)" ] && [ "$(bundle_of kthost-ag1)" != "$ag1_before" ] || [ $SECONDS -ge $deadline ]; do sleep 1; done
+wait_ready kthost-ag1 kthost-ag2
+ag1_after=$(bundle_of kthost-ag1)
+say "   ag1 before $ag1_before, after $ag1_after"
+check "the agent reconnected to libvirt" \
+  [ "$(status_json | python3 -c 'import json,sys; print(json.load(sys.stdin)["libvirt_reconnects"])')" -ge 1 ]
+check "ag1 traces on in a new bundle of the same boot" \
+  [ "$ag1_after" != "$ag1_before" -a "$(dirname "$ag1_after")" = "$(dirname "$ag1_before")" ]
+workload kthost-ag1 41 "$W/ag1-bpf4.txt"
+check "ag1 after the libvirtd restart: its 8 new programs" "$CHECK_BPF" "$(bundle_of kthost-ag1)" "$W/ag1-bpf4.txt"
+
+say "6. status and metrics"
 "$K" agent --status --socket "$SOCK" | tee "$W/status.txt"
 status_json >"$W/status.json"
 "$K" agent --status --metrics --socket "$SOCK" >"$W/metrics.txt"
@@ -170,7 +198,7 @@ assert samples[("kthost_agent_libvirt_connected", "")] == 1
 print("metrics: %d samples" % len(samples))
 PY
 
-say "6. SIGTERM: every bundle closed"
+say "7. SIGTERM: every bundle closed"
 kill -TERM "$AGENT"
 rc=0
 timeout 120 tail --pid="$AGENT" -f /dev/null || rc=$?
@@ -181,7 +209,7 @@ tail -n 5 "$W/agent.log"
 check "every bundle has its summary.json" bash -c "! find '$OUT' -mindepth 3 -maxdepth 3 -type d '!' -exec test -f '{}/summary.json' ';' -print | grep -q ."
 find "$OUT" -mindepth 3 -maxdepth 3 -type d | sort | tee "$W/bundles.txt"
 
-say "7. BPF text: each bundle holds its own guest's JIT bytes, and none of another's"
+say "8. BPF text: each bundle holds its own guest's JIT bytes, and none of another's"
 ag1=$(awk '$1=="kthost-ag1"{print $2}' "$W/bundles-1.txt")
 check "ag1: its 16 programs (two workloads)" bash -c "'$CHECK_BPF' '$ag1' '$W/ag1-bpf1.txt' && '$CHECK_BPF' '$ag1' '$W/ag1-bpf2.txt'"
 check "ag2 first boot: its 16 programs" bash -c "'$CHECK_BPF' '$ag2_first' '$W/ag2-bpf1.txt' && '$CHECK_BPF' '$ag2_first' '$W/ag2-bpf2.txt'"
@@ -193,5 +221,38 @@ for pair in "$ag1:ag2-bpf1 ag2-bpf2 ag3-bpf1" "$ag2_first:ag1-bpf1 ag1-bpf2 ag3-
   b=${pair%%:*}
   for other in ${pair#*:}; do check "no cross-talk: $(basename "$(dirname "$(dirname "$b")")") holds none of $other" crosstalk "$b" "$W/$other.txt"; done
 done
-[ $failed = 0 ] || { say "FAILED (see above; agent log $W/agent.log)"; exit 1; }
+say "9. a second agent: rotation every 12 s and a 150 MiB domain disk budget, on ag1"
+SOCK=$W/agent2.sock
+"$K" agent --output "$W/out2" --socket "$SOCK" --match kthost-ag1 --rotate-time 12 --max-domain-disk 150M \
+  >"$W/agent2.log" 2>&1 &
+AGENT=$!
+deadline=$((SECONDS + 180))
+until [ "$(domain_field kthost-ag1 state 2>/dev/null)" = overbudget ] || [ $SECONDS -ge $deadline ]; do sleep 1; done
+sleep 3
+"$K" agent --status --socket "$SOCK" | tee "$W/status2.txt"
+"$K" agent --status --metrics --socket "$SOCK" >"$W/metrics2.txt"
+check "ag1 stopped by its disk budget, counted, with untraced time" python3 - "$W/metrics2.txt" <(status_json) <<'PY'
+import json, re, sys
+metrics = open(sys.argv[1]).read()
+status = json.load(open(sys.argv[2]))
+d = [x for x in status["domains"] if x["name"] == "kthost-ag1"][-1]
+assert d["state"] == "overbudget", d
+assert d["budget_stops"].get("domain_disk", 0) >= 1, d
+assert d["untraced_seconds"] > 0, d
+assert re.search(r'^kthost_domain_budget_stops_total\{domain="kthost-ag1",budget="domain_disk"\} [1-9]', metrics, re.M), "no budget stop in the metrics"
+print("budget: %d stop(s), %.1f s untraced, %d bundles" % (d["budget_stops"]["domain_disk"], d["untraced_seconds"], d["bundles"]))
+PY
+kill -TERM "$AGENT"
+timeout 120 tail --pid="$AGENT" -f /dev/null || true
+wait "$AGENT" || true
+AGENT=""
+check "rotation by time, then the budget, each named in its bundle's summary.json" python3 - "$W/out2/kthost-ag1" <<'PY'
+import glob, json, sys
+ends = [json.load(open(f)).get("end", "") for f in sorted(glob.glob(sys.argv[1] + "/*/*/summary.json"))]
+print("bundle end reasons:", ends)
+assert len(ends) >= 2, ends
+assert any(e == "rotation: time" for e in ends), ends
+assert "budget" in ends[-1], ends
+PY
+[ $failed = 0 ] || { say "FAILED (see above; agent logs $W/agent.log, $W/agent2.log)"; exit 1; }
 say "all checks passed"

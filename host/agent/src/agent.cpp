@@ -95,6 +95,8 @@ void Agent::connect_if_needed() {
   log_("following domains on " + config_.uri);
   std::lock_guard<std::mutex> lock(mu_);
   host_ = std::move(*host);
+  // Tracers that backed off while libvirt was away need not wait out their delay.
+  for (auto& [name, t] : tracers_) t->retry_now();
 }
 
 void Agent::handle_events() {

@@ -165,6 +165,12 @@ void DomainTracer::request_new_boot(const std::string& reason) {
   wake_.notify_all();
 }
 
+void DomainTracer::retry_now() {
+  std::lock_guard<std::mutex> lock(mu_);
+  retry_now_ = true;
+  wake_.notify_all();
+}
+
 DomainStatus DomainTracer::status() const {
   std::lock_guard<std::mutex> lock(mu_);
   return status_;
@@ -179,7 +185,7 @@ void DomainTracer::set_state(TracerState state) {
 void DomainTracer::wait_for(double seconds) {
   std::unique_lock<std::mutex> lock(mu_);
   wake_.wait_for(lock, std::chrono::duration<double>(seconds),
-                 [this] { return !stop_reason_.empty() || !new_boot_reason_.empty(); });
+                 [this] { return !stop_reason_.empty() || !new_boot_reason_.empty() || retry_now_; });
 }
 
 void DomainTracer::run() {
@@ -360,7 +366,9 @@ void DomainTracer::run() {
           // The channel often closes a moment before libvirt reports the
           // domain gone: give it that moment before calling this a failure.
           for (int i = 0; i < 12; ++i) {
-            if (auto alive = r.domain->check_alive(); !alive) return end_tracer(alive.error().message);
+            auto alive = r.domain->check_alive();
+            if (!alive && alive.error().code == ErrorCode::Io) break;  // libvirtd, not the domain: retry
+            if (!alive) return end_tracer(alive.error().message);
             if (!stop_requested().empty()) break;
             wait_for(0.25);
           }
@@ -412,7 +420,12 @@ void DomainTracer::run() {
           std::lock_guard<std::mutex> lock(mu_);
           status_.retry_in_seconds = std::max(0.0, seconds_between(now, r.retry_at));
         }
-        if (now >= r.retry_at) {
+        bool retry = false;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          retry = std::exchange(retry_now_, false);
+        }
+        if (now >= r.retry_at || retry) {
           set_state(TracerState::Opening);
           break;
         }

@@ -56,6 +56,8 @@ class DomainTracer {
   // The guest rebooted in place: the current bundle ends, the next one goes
   // to a new boot directory.
   void request_new_boot(const std::string& reason);
+  // In back-off: try again now (libvirt is back after an outage).
+  void retry_now();
 
   DomainStatus status() const;
   bool ended() const { return state_.load() == TracerState::Ended; }
@@ -77,6 +79,7 @@ class DomainTracer {
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::string stop_reason_, new_boot_reason_;  // under mu_; non-empty: requested
+  bool retry_now_ = false;                      // under mu_
   DomainStatus status_;                         // under mu_
   std::thread thread_;
 };
