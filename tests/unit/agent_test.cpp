@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -17,6 +19,7 @@
 #include "kthost/agent/opt_in.h"
 #include "kthost/agent/status_server.h"
 #include "kthost/libvirt/domain_xml.h"
+#include "kthost_shared.h"
 
 namespace kt {
 namespace {
@@ -27,7 +30,7 @@ std::string domain_xml(const std::string& name, bool channel, const std::string&
   xml += "<devices>";
   if (channel)
     xml += "<channel type='unix'><source mode='bind' path='/run/kthost/" + name +
-           "/kthost0.sock'/><target type='virtio' name='org.kthost.0'/></channel>";
+           "/kthost0.sock'/><target type='virtio' name='" KTHOST_PORT_SIDEBAND "'/></channel>";
   return xml + "</devices></domain>";
 }
 
@@ -40,7 +43,7 @@ DomainXml parsed(const std::string& xml) {
 TEST(AgentOptIn, NeedsTheChannel) {
   auto d = decide_opt_in(parsed(domain_xml("vm1", false)), {});
   EXPECT_FALSE(d.trace);
-  EXPECT_NE(d.why.find("org.kthost.0"), std::string::npos) << d.why;
+  EXPECT_NE(d.why.find(KTHOST_PORT_SIDEBAND), std::string::npos) << d.why;
   EXPECT_TRUE(decide_opt_in(parsed(domain_xml("vm1", true)), {}).trace);
 }
 
@@ -151,7 +154,7 @@ AgentStatus sample_status() {
   b2.state = "tracing";
   b2.holds = 4, b2.disk_bytes = 900;
   s.domains = {a, b, b2};
-  s.skipped = {{"web", "no org.kthost.0 channel"}};
+  s.skipped = {{"web", "no sideband channel"}};
   return s;
 }
 
@@ -182,11 +185,11 @@ TEST(AgentStatusRender, JsonAndTextNameEveryDomain) {
   auto j = s.to_json();
   ASSERT_EQ(j["domains"].size(), 3u);
   EXPECT_EQ(j["domains"][0]["budget_stops"]["pt_rate"], 1);
-  EXPECT_EQ(j["skipped"][0]["why"], "no org.kthost.0 channel");
+  EXPECT_EQ(j["skipped"][0]["why"], "no sideband channel");
   std::string text = s.to_text();
   EXPECT_NE(text.find("vm2"), std::string::npos);
   EXPECT_NE(text.find("stopped by the pt_rate budget 1 time(s)"), std::string::npos) << text;
-  EXPECT_NE(text.find("not traced: web: no org.kthost.0 channel"), std::string::npos);
+  EXPECT_NE(text.find("not traced: web: no sideband channel"), std::string::npos);
   EXPECT_EQ(text.find('\x0a' + std::string("vm\"1\\\n")), std::string::npos);  // names are sanitized
 }
 
@@ -217,6 +220,22 @@ TEST(AgentStatusServer, MetricsPortIsLoopbackOnly) {
   auto s = StatusServer::start("/tmp/kthost-agent-test-tcp.sock", "0.0.0.0:19999", [] { return AgentStatus{}; });
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().message.find("loopback"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kt
+
+namespace kt {
+namespace {
+
+TEST(AgentBudget, DirectoryBytesCountsEveryFileBelow) {
+  std::string dir = "/tmp/kthost-agent-du-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir + "/a/b");
+  { std::ofstream(dir + "/x") << std::string(1000, 'x'); }
+  { std::ofstream(dir + "/a/b/y") << std::string(234, 'y'); }
+  EXPECT_EQ(directory_bytes(dir), 1234u);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(directory_bytes(dir), 0u);
 }
 
 }  // namespace

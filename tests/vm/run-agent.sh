@@ -16,6 +16,8 @@
 #      second boot directory and bundle, with the programs loaded after it;
 #   5. libvirtd restarted: the agent reconnects, and each domain traces on in
 #      a new bundle of the same boot directory;
+#      and kthost-ag1 reset in place (virsh reset: libvirt's reboot event):
+#      the old bundle closed, the next in the boot directory BOOT-r1;
 #   6. the status (text and JSON) and the Prometheus metrics say the same as
 #      the bundles (holds > 0 for each domain, a parser of our own here);
 #   7. SIGTERM closes every bundle, and the agent exits 0;
@@ -88,7 +90,7 @@ say "1. libvirtd, four domains (TCG, 1 vCPU, 320 MiB), the agent"
 "$LV" start-daemon >/dev/null
 for d in $DOMS; do "$LV" undefine "$d" >/dev/null 2>&1 || true; done
 "$LV" define "$BUILD/vm-image" --name kthost-ag0 --accel tcg --vcpus 1 --mem 320 --no-channel --no-plugin >/dev/null
-"$LV" define "$BUILD/vm-image" --name kthost-ag1 --accel tcg --vcpus 1 --mem 320 >/dev/null
+"$LV" define "$BUILD/vm-image" --name kthost-ag1 --accel tcg --vcpus 1 --mem 320 --on-reboot restart >/dev/null
 "$LV" define "$BUILD/vm-image" --name kthost-ag2 --accel tcg --vcpus 1 --mem 320 >/dev/null
 virsh -q -c qemu:///system metadata kthost-ag2 --uri urn:kthost:agent:1 --key kthost --config \
   --set "<trace enabled='yes' tag='farm'/>" >/dev/null
@@ -169,8 +171,21 @@ check "the agent reconnected to libvirt" \
   [ "$(status_json | python3 -c 'import json,sys; print(json.load(sys.stdin)["libvirt_reconnects"])')" -ge 1 ]
 check "ag1 traces on in a new bundle of the same boot" \
   [ "$ag1_after" != "$ag1_before" -a "$(dirname "$ag1_after")" = "$(dirname "$ag1_before")" ]
-workload kthost-ag1 41 "$W/ag1-bpf4.txt"
-check "ag1 after the libvirtd restart: its 8 new programs" "$CHECK_BPF" "$(bundle_of kthost-ag1)" "$W/ag1-bpf4.txt"
+workload kthost-ag1 41 "$W/ag1-bpf4.txt"  # checked once the bundle is closed (step 8)
+
+say "5b. kthost-ag1 reset in place (virsh reset): a new boot directory, -r1"
+virsh -q -c qemu:///system reset kthost-ag1 >/dev/null
+deadline=$((SECONDS + 60))
+until bundle_of kthost-ag1 | grep -q -- '-r1/' || [ $SECONDS -ge $deadline ]; do sleep 0.5; done
+sleep 5
+wait_ready kthost-ag1
+ag1_reset=$(bundle_of kthost-ag1)
+say "   ag1 after the reset: $ag1_reset"
+check "ag1's bundle after the reset is in the boot directory -r1 beside the first" \
+  [ "$(dirname "$ag1_reset")" = "$(dirname "$ag1_after")-r1" ]
+check "the bundle before the reset was closed, saying so" \
+  grep -q "rebooted" "$ag1_after/summary.json"
+workload kthost-ag1 51 "$W/ag1-bpf5.txt"  # checked once the bundle is closed (step 8)
 
 say "6. status and metrics"
 "$K" agent --status --socket "$SOCK" | tee "$W/status.txt"
@@ -214,6 +229,8 @@ ag1=$(awk '$1=="kthost-ag1"{print $2}' "$W/bundles-1.txt")
 check "ag1: its 16 programs (two workloads)" bash -c "'$CHECK_BPF' '$ag1' '$W/ag1-bpf1.txt' && '$CHECK_BPF' '$ag1' '$W/ag1-bpf2.txt'"
 check "ag2 first boot: its 16 programs" bash -c "'$CHECK_BPF' '$ag2_first' '$W/ag2-bpf1.txt' && '$CHECK_BPF' '$ag2_first' '$W/ag2-bpf2.txt'"
 check "ag2 second boot: the 8 loaded after the restart" "$CHECK_BPF" "$ag2_second" "$W/ag2-bpf3.txt"
+check "ag1 after the libvirtd restart: its 8 new programs" "$CHECK_BPF" "$ag1_after" "$W/ag1-bpf4.txt"
+check "ag1 after the reset: its 8 new programs" "$CHECK_BPF" "$ag1_reset" "$W/ag1-bpf5.txt"
 crosstalk() {  # crosstalk BUNDLE PROBE: exit 0 when none of PROBE's programs is in BUNDLE
   { "$CHECK_BPF" "$1" "$2" --json || true; } | python3 -c 'import json,sys; r=json.load(sys.stdin); sys.exit(0 if r["matched"]==0 and r["programs"]>0 else 1)'
 }
@@ -221,9 +238,10 @@ for pair in "$ag1:ag2-bpf1 ag2-bpf2 ag3-bpf1" "$ag2_first:ag1-bpf1 ag1-bpf2 ag3-
   b=${pair%%:*}
   for other in ${pair#*:}; do check "no cross-talk: $(basename "$(dirname "$(dirname "$b")")") holds none of $other" crosstalk "$b" "$W/$other.txt"; done
 done
-say "9. a second agent: rotation every 12 s and a 150 MiB domain disk budget, on ag1"
+say "9. a second agent, through an explicit libvirt socket: rotation every 12 s and a 150 MiB domain disk budget, on ag1"
 SOCK=$W/agent2.sock
-"$K" agent --output "$W/out2" --socket "$SOCK" --match kthost-ag1 --rotate-time 12 --max-domain-disk 150M \
+"$K" agent --connect 'qemu+unix:///system?socket=/var/run/libvirt/libvirt-sock' \
+  --output "$W/out2" --socket "$SOCK" --match kthost-ag1 --rotate-time 12 --max-domain-disk 150M \
   >"$W/agent2.log" 2>&1 &
 AGENT=$!
 deadline=$((SECONDS + 180))

@@ -7,7 +7,7 @@
 #       (idempotent) and waits until `virsh -c qemu:///system list` answers.
 #   kthost-libvirt.sh define IMAGE_DIR [--name N] [--plugin PATH[,ARGS] | --no-plugin]
 #                     [--ram memfd|file|none] [--no-channel] [--mem MiB]
-#                     [--vcpus N] [--accel auto|kvm|tcg] [--append ARGS]
+#                     [--vcpus N] [--on-reboot destroy|restart] [--accel auto|kvm|tcg] [--append ARGS]
 #   kthost-libvirt.sh define --disk DISK.qcow2 [same options but --append]
 #       Writes /var/lib/kthost/libvirt/N.xml from kthost-test.xml.in and
 #       defines it (redefines a stopped domain of that name). Under TCG the
@@ -153,7 +153,7 @@ check_name() {
 xml_escape() { printf '%s' "$1" | sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g' -e "s/'/\&apos;/g" -e 's/"/\&quot;/g'; }
 
 cmd_define() {
-  [ $# -ge 1 ] || die "usage: define IMAGE_DIR|--disk DISK.qcow2 [--name N] [--plugin PATH[,ARGS] | --no-plugin] [--ram memfd|file|none] [--no-channel] [--mem MiB] [--vcpus N] [--accel auto|kvm|tcg] [--append ARGS]"
+  [ $# -ge 1 ] || die "usage: define IMAGE_DIR|--disk DISK.qcow2 [--name N] [--plugin PATH[,ARGS] | --no-plugin] [--ram memfd|file|none] [--no-channel] [--mem MiB] [--vcpus N] [--on-reboot destroy|restart] [--accel auto|kvm|tcg] [--append ARGS]"
   disk=""
   if [ "$1" = --disk ]; then
     [ $# -ge 2 ] || die "define --disk needs a disk image"
@@ -165,7 +165,7 @@ cmd_define() {
     image=$(cd "$1" 2>/dev/null && pwd) || die "image directory $1 does not exist"
     shift
   fi
-  name=kthost-test plugin="" noplugin=0 ram=memfd channel=1 mem=512 vcpus=2 accel=auto extra=""
+  name=kthost-test plugin="" noplugin=0 ram=memfd channel=1 mem=512 vcpus=2 accel=auto extra="" reboot_policy=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --name) name=$2; shift 2 ;;
@@ -175,6 +175,7 @@ cmd_define() {
       --no-channel) channel=0; shift ;;
       --mem) mem=$2; shift 2 ;;
       --vcpus) vcpus=$2; shift 2 ;;
+      --on-reboot) reboot_policy=$2; shift 2 ;;
       --accel) accel=$2; shift 2 ;;
       --append) extra=$2; shift 2 ;;
       *) die "define: unknown option $1" ;;
@@ -201,6 +202,13 @@ cmd_define() {
   fi
   case "$mem" in ''|*[!0-9]*) die "--mem takes MiB" ;; esac
   case "$vcpus" in ''|0|*[!0-9]*) die "--vcpus takes a count" ;; esac
+  # The initramfs image powers off on a reboot (like ktvm's -no-reboot);
+  # --on-reboot restart lets a guest reset in place (QEMU keeps running).
+  case "$reboot_policy" in
+    '') ;;
+    destroy|restart) onreboot=$reboot_policy ;;
+    *) die "--on-reboot destroy|restart" ;;
+  esac
   rule=$(accel_rule "$image")
   case "$accel" in
     auto) accel=${rule%%:*}; say "accelerator $rule" ;;

@@ -6,6 +6,7 @@
 #include <system_error>
 #include <thread>
 
+#include "kthost/agent/budget.h"
 #include "kthost/agent/opt_in.h"
 #include "kthost/common/io.h"
 #include "kthost/common/strings.h"
@@ -17,19 +18,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 constexpr size_t kEndedKept = 64;
-
-uint64_t tree_bytes(const std::string& dir) {
-  std::error_code ec;
-  uint64_t total = 0;
-  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::error_code fec;
-    if (it->is_regular_file(fec)) {
-      auto n = it->file_size(fec);
-      if (!fec) total += n;
-    }
-  }
-  return total;
-}
 
 uint64_t resident_bytes() {
   auto statm = read_file("/proc/self/statm", 256);
@@ -177,7 +165,7 @@ void Agent::reconcile() {
 }
 
 void Agent::update_gauges() {
-  gauges_.total_disk_bytes = tree_bytes(config_.output_dir);
+  gauges_.total_disk_bytes = directory_bytes(config_.output_dir);
   gauges_.memory_bytes = resident_bytes();
 }
 

@@ -1,5 +1,8 @@
 #include "kthost/agent/budget.h"
 
+#include <filesystem>
+#include <system_error>
+
 #include "kthost/common/strings.h"
 
 namespace kt {
@@ -17,6 +20,20 @@ std::string reached(const char* what, uint64_t use, uint64_t budget, const char*
 }
 
 }  // namespace
+
+uint64_t directory_bytes(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  uint64_t total = 0;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code fec;
+    if (it->is_regular_file(fec)) {
+      auto n = it->file_size(fec);
+      if (!fec) total += n;
+    }
+  }
+  return total;
+}
 
 const char* budget_kind_name(BudgetKind kind) {
   switch (kind) {

@@ -26,22 +26,9 @@ namespace fs = std::filesystem;
 // How long after QEMU starts a failure to open the guest's kernel is taken
 // for a guest still booting, not a failure.
 constexpr double kBootSeconds = 180;
+constexpr double kSameRebootSeconds = 10;
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-// Apparent bytes of every file under `dir` (a missing directory is 0).
-uint64_t directory_bytes(const fs::path& dir) {
-  std::error_code ec;
-  uint64_t total = 0;
-  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::error_code fec;
-    if (it->is_regular_file(fec)) {
-      auto n = it->file_size(fec);
-      if (!fec) total += n;
-    }
-  }
-  return total;
-}
 
 // PT bytes per second over the last few seconds of samples.
 class RateWindow {
@@ -133,6 +120,7 @@ struct DomainTracer::Run {
   int qemu_pid = 0;
   std::string boot_base;  // boot_id without the -rN of reboots in place
   int reboots = 0;
+  Clock::time_point rebooted_at{};  // the last reboot in place
   Backoff backoff;
   Clock::time_point state_since = Clock::now(), retry_at{}, session_start{}, last_check{};
   std::optional<BudgetBreach> breach;
@@ -161,6 +149,12 @@ void DomainTracer::request_stop(const std::string& reason) {
 
 void DomainTracer::request_new_boot(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
+  // libvirt may report one reset twice (the API call and QEMU's RESET
+  // event): a second report within a few seconds is the same reboot.
+  auto now = std::chrono::steady_clock::now();
+  bool same = last_new_boot_ && now - *last_new_boot_ < std::chrono::duration<double>(kSameRebootSeconds);
+  last_new_boot_ = now;
+  if (same) return;
   new_boot_reason_ = reason;
   wake_.notify_all();
 }
@@ -203,7 +197,7 @@ void DomainTracer::run() {
   };
   auto boot_id = [&r] { return r.reboots ? r.boot_base + "-r" + std::to_string(r.reboots) : r.boot_base; };
   auto use_now = [&](double pt_rate) {
-    return BudgetUse{gauges_.total_disk_bytes.load(), directory_bytes(domain_dir), gauges_.memory_bytes.load(), pt_rate};
+    return BudgetUse{gauges_.total_disk_bytes.load(), directory_bytes(domain_dir.string()), gauges_.memory_bytes.load(), pt_rate};
   };
   // Ends the current bundle, keeping its counts in the domain's totals.
   auto close_session = [&](const std::string& reason) {
@@ -212,7 +206,7 @@ void DomainTracer::run() {
     auto summary = r.session->finish(reason);
     std::string end = r.session->failed() ? r.session->end_reason() : reason;
     r.session.reset();
-    uint64_t disk = directory_bytes(domain_dir);
+    uint64_t disk = directory_bytes(domain_dir.string());
     std::lock_guard<std::mutex> lock(mu_);
     status_.disk_bytes = disk;
     r.lost_before += summary ? summary->losses.total() : p.lost;
@@ -308,7 +302,9 @@ void DomainTracer::run() {
           // A domain that has just started has no kernel page tables or
           // helper yet: wait for it, a second at a time, without counting a
           // failure, for as long as a boot takes.
-          if (r.domain->check_alive() && process_age_seconds(pid) < kBootSeconds) {
+          bool booting = process_age_seconds(pid) < kBootSeconds ||
+                         (r.reboots > 0 && seconds_between(r.rebooted_at, Clock::now()) < kBootSeconds);
+          if (r.domain->check_alive() && booting) {
             {
               std::lock_guard<std::mutex> lock(mu_);
               status_.last_error = "waiting for the guest kernel: " + session.error().message;
@@ -381,6 +377,7 @@ void DomainTracer::run() {
         if (std::string boot = take_new_boot(); !boot.empty()) {
           close_session("the guest rebooted: " + boot);
           r.reboots++;
+          r.rebooted_at = Clock::now();
           set_state(TracerState::Opening);
           break;
         }
@@ -425,6 +422,10 @@ void DomainTracer::run() {
           std::lock_guard<std::mutex> lock(mu_);
           retry = std::exchange(retry_now_, false);
         }
+        if (std::string boot = take_new_boot(); !boot.empty()) {
+          r.reboots++, r.rebooted_at = now;  // the next bundle belongs to the new boot
+          retry = true;
+        }
         if (now >= r.retry_at || retry) {
           set_state(TracerState::Opening);
           break;
@@ -440,7 +441,7 @@ void DomainTracer::run() {
         wait_for(1);
         untraced_since(since);
         if (r.domain && !r.domain->check_alive()) return end_tracer("the domain is gone (over budget)");
-        if (std::string boot = take_new_boot(); !boot.empty()) r.reboots++;
+        if (std::string boot = take_new_boot(); !boot.empty()) r.reboots++, r.rebooted_at = Clock::now();
         if (budget_allows_resume(config_.budgets, *r.breach, use_now(0), seconds_between(r.state_since, Clock::now()))) {
           say("budget allows tracing again");
           set_state(TracerState::Opening);

@@ -2,6 +2,8 @@
 
 #include <fnmatch.h>
 
+#include "kthost_shared.h"
+
 namespace kt {
 namespace {
 
@@ -12,7 +14,7 @@ bool glob_matches(const std::string& pattern, const std::string& text) {
 }  // namespace
 
 OptInDecision decide_opt_in(const DomainXml& xml, const std::vector<std::string>& match) {
-  if (xml.channel.empty()) return {false, "no org.kthost.0 channel (add it to trace this domain)"};
+  if (xml.channel.empty()) return {false, "no " KTHOST_PORT_SIDEBAND " channel (add it to trace this domain)"};
   if (xml.has_agent_metadata && (xml.agent_enabled == "no" || xml.agent_enabled == "false"))
     return {false, "its kthost metadata says enabled='" + xml.agent_enabled + "'"};
   if (match.empty()) return {true, "every domain with the channel is traced (no --match)"};

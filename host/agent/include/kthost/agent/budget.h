@@ -22,6 +22,10 @@ struct BudgetBreach {
   std::string why;  // "domain disk 1.0 GiB reached its budget of 1.0 GiB"
 };
 
+// Apparent bytes of every regular file under `dir` (0 when it is missing):
+// what the disk budgets count.
+uint64_t directory_bytes(const std::string& dir);
+
 // The first budget `use` has reached, in the order total disk, domain disk,
 // memory, PT rate; nullopt when none.
 std::optional<BudgetBreach> check_budgets(const Budgets& budgets, const BudgetUse& use);

@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -80,6 +81,7 @@ class DomainTracer {
   std::condition_variable wake_;
   std::string stop_reason_, new_boot_reason_;  // under mu_; non-empty: requested
   bool retry_now_ = false;                      // under mu_
+  std::optional<std::chrono::steady_clock::time_point> last_new_boot_;  // under mu_: the last reboot report
   DomainStatus status_;                         // under mu_
   std::thread thread_;
 };
