@@ -27,6 +27,7 @@ namespace fs = std::filesystem;
 // for a guest still booting, not a failure.
 constexpr double kBootSeconds = 180;
 constexpr double kSameRebootSeconds = 10;
+constexpr const char* kWaitingForKernel = "waiting for the guest kernel: ";
 
 double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
@@ -307,7 +308,7 @@ void DomainTracer::run() {
           if (r.domain->check_alive() && booting) {
             {
               std::lock_guard<std::mutex> lock(mu_);
-              status_.last_error = "waiting for the guest kernel: " + session.error().message;
+              status_.last_error = kWaitingForKernel + session.error().message;
             }
             wait_for(1);
             break;
@@ -327,6 +328,7 @@ void DomainTracer::run() {
           status_.memory_backend = r.session->memory_backend();
           status_.pt_source = r.session->pt_source();
           status_.retry_in_seconds = 0;
+          if (starts_with(status_.last_error, kWaitingForKernel)) status_.last_error.clear();  // it booted
         }
         say("tracing into " + options.out_dir + " (" + r.session->describe() + ")");
         set_state(TracerState::Tracing);
