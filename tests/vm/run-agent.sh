@@ -23,7 +23,9 @@
 #   7. SIGTERM closes every bundle, and the agent exits 0;
 #   8. (the BPF checks of 2-5, and cross-talk, on the closed bundles)
 #   9. a second agent with rotation by time and a domain disk budget: a
-#      bundle per rotation, then the budget stops the trace, counted.
+#      bundle per rotation, then the budget stops the trace, counted;
+#  10. a third with a PT-rate budget (stops, cool-down, resumes) and the
+#      metrics on a loopback TCP port; 11. a fourth with a memory budget.
 # usage: tests/vm/run-agent.sh BUILD_DIR [WORK_DIR]
 set -euo pipefail
 BUILD=$(cd "${1:?usage: run-agent.sh BUILD_DIR [WORK_DIR]}" && pwd)
@@ -272,5 +274,39 @@ assert len(ends) >= 2, ends
 assert any(e == "rotation: time" for e in ends), ends
 assert "budget" in ends[-1], ends
 PY
-[ $failed = 0 ] || { say "FAILED (see above; agent logs $W/agent.log, $W/agent2.log)"; exit 1; }
+say "10. a third agent: a 1 MiB/s PT-rate budget (4 s cool-down) and metrics on a loopback port, on ag2 kept busy"
+SOCK=$W/agent3.sock
+port=$((20000 + RANDOM % 20000))
+"$K" agent --output "$W/out3" --socket "$SOCK" --match farm --max-pt-rate 1M --pt-cooldown 4 \
+  --metrics-listen "127.0.0.1:$port" >"$W/agent3.log" 2>&1 &
+AGENT=$!
+wait_ready kthost-ag2
+g kthost-ag2 'end=$(( $(date +%s) + 25 )); while [ $(date +%s) -lt $end ]; do cat /proc/kallsyms >/dev/null; done' >/dev/null
+python3 -c "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())" "http://127.0.0.1:$port/metrics" >"$W/metrics3.txt" || say "no answer on 127.0.0.1:$port"
+check "ag2 stopped by the PT-rate budget and resumed after its cool-down; metrics on the loopback port say so" \
+  python3 - "$W/metrics3.txt" <(status_json) <<'PY'
+import json, re, sys
+metrics = open(sys.argv[1]).read()
+d = [x for x in json.load(open(sys.argv[2]))["domains"] if x["name"] == "kthost-ag2"][-1]
+stops = d["budget_stops"].get("pt_rate", 0)
+print("PT-rate budget: %d stop(s), %d bundles, %.1f s untraced" % (stops, d["bundles"], d["untraced_seconds"]))
+assert stops >= 1 and d["bundles"] >= 2 and d["untraced_seconds"] >= 4, d
+assert re.search(r'^kthost_domain_budget_stops_total\{domain="kthost-ag2",budget="pt_rate"\} [1-9]', metrics, re.M), "no PT-rate stop in the port's metrics"
+PY
+kill -TERM "$AGENT"; wait "$AGENT" || true; AGENT=""
+
+say "11. a fourth agent with a 1 MiB memory budget: nothing is traced, and that is counted"
+SOCK=$W/agent4.sock
+"$K" agent --output "$W/out4" --socket "$SOCK" --match kthost-ag1 --max-memory 1M >"$W/agent4.log" 2>&1 &
+AGENT=$!
+deadline=$((SECONDS + 30))
+until [ "$(domain_field kthost-ag1 state 2>/dev/null)" = overbudget ] || [ $SECONDS -ge $deadline ]; do sleep 0.5; done
+sleep 2
+check "ag1 untraced under the memory budget, counted" python3 -c '
+import json, sys
+d = [x for x in json.load(sys.stdin)["domains"] if x["name"] == "kthost-ag1"][-1]
+print("memory budget:", d["budget_stops"], "%.1f s untraced" % d["untraced_seconds"])
+sys.exit(0 if d["state"] == "overbudget" and d["budget_stops"].get("memory", 0) >= 1 and d["bundles"] == 0 else 1)' < <(status_json)
+kill -TERM "$AGENT"; wait "$AGENT" || true; AGENT=""
+[ $failed = 0 ] || { say "FAILED (see above; agent logs $W/agent*.log)"; exit 1; }
 say "all checks passed"
