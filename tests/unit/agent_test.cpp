@@ -19,6 +19,7 @@
 #include "kthost/agent/opt_in.h"
 #include "kthost/agent/status_server.h"
 #include "kthost/libvirt/domain_xml.h"
+#include "kthost/libvirt/libvirt_host.h"
 #include "kthost_shared.h"
 
 namespace kt {
@@ -236,6 +237,29 @@ TEST(AgentBudget, DirectoryBytesCountsEveryFileBelow) {
   EXPECT_EQ(directory_bytes(dir), 1234u);
   std::filesystem::remove_all(dir);
   EXPECT_EQ(directory_bytes(dir), 0u);
+}
+
+}  // namespace
+}  // namespace kt
+
+#include <libvirt/libvirt.h>
+
+namespace kt {
+namespace {
+
+// libvirt's codes, from its public header, against the kinds the agent acts on.
+TEST(AgentEvents, LibvirtLifecycleCodesMapToWhatTheAgentDoes) {
+  EXPECT_EQ(lifecycle_from_codes(VIR_DOMAIN_EVENT_STARTED, VIR_DOMAIN_EVENT_STARTED_BOOTED).kind, LifecycleKind::Started);
+  auto migrated = lifecycle_from_codes(VIR_DOMAIN_EVENT_STOPPED, VIR_DOMAIN_EVENT_STOPPED_MIGRATED);
+  EXPECT_EQ(migrated.kind, LifecycleKind::MigratedAway);
+  EXPECT_EQ(migrated.detail, "migrated away");
+  EXPECT_EQ(lifecycle_from_codes(VIR_DOMAIN_EVENT_STOPPED, VIR_DOMAIN_EVENT_STOPPED_CRASHED).kind, LifecycleKind::Crashed);
+  EXPECT_EQ(lifecycle_from_codes(VIR_DOMAIN_EVENT_CRASHED, VIR_DOMAIN_EVENT_CRASHED_PANICKED).kind, LifecycleKind::Crashed);
+  auto destroyed = lifecycle_from_codes(VIR_DOMAIN_EVENT_STOPPED, VIR_DOMAIN_EVENT_STOPPED_DESTROYED);
+  EXPECT_EQ(destroyed.kind, LifecycleKind::Stopped);
+  EXPECT_EQ(destroyed.detail, "destroyed");
+  EXPECT_EQ(lifecycle_from_codes(VIR_DOMAIN_EVENT_SUSPENDED, 0).kind, LifecycleKind::Other);
+  EXPECT_EQ(lifecycle_from_codes(12345, 6).kind, LifecycleKind::Other);
 }
 
 }  // namespace

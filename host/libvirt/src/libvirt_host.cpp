@@ -47,9 +47,24 @@ std::string name_of(virDomainPtr dom) {
   return name ? sanitize_name(name, 256) : std::string("?");
 }
 
-LifecycleEvent lifecycle_of(virDomainPtr dom, int event, int detail) {
-  LifecycleEvent e;
+int on_lifecycle(virConnectPtr, virDomainPtr dom, int event, int detail, void* opaque) {
+  auto* impl = static_cast<LibvirtHost::Impl*>(opaque);
+  if (!impl->on_event) return 0;
+  LifecycleEvent e = lifecycle_from_codes(event, detail);
   e.domain = name_of(dom);
+  impl->on_event(e);
+  return 0;
+}
+
+void on_reboot(virConnectPtr, virDomainPtr dom, void* opaque) {
+  auto* impl = static_cast<LibvirtHost::Impl*>(opaque);
+  if (impl->on_event) impl->on_event({name_of(dom), LifecycleKind::Rebooted, "reset"});
+}
+
+}  // namespace
+
+LifecycleEvent lifecycle_from_codes(int event, int detail) {
+  LifecycleEvent e;
   switch (event) {
     case VIR_DOMAIN_EVENT_STARTED:
       e.kind = LifecycleKind::Started;
@@ -79,19 +94,6 @@ LifecycleEvent lifecycle_of(virDomainPtr dom, int event, int detail) {
   }
   return e;
 }
-
-int on_lifecycle(virConnectPtr, virDomainPtr dom, int event, int detail, void* opaque) {
-  auto* impl = static_cast<LibvirtHost::Impl*>(opaque);
-  if (impl->on_event) impl->on_event(lifecycle_of(dom, event, detail));
-  return 0;
-}
-
-void on_reboot(virConnectPtr, virDomainPtr dom, void* opaque) {
-  auto* impl = static_cast<LibvirtHost::Impl*>(opaque);
-  if (impl->on_event) impl->on_event({name_of(dom), LifecycleKind::Rebooted, "reset"});
-}
-
-}  // namespace
 
 const char* lifecycle_kind_name(LifecycleKind kind) {
   switch (kind) {

@@ -29,6 +29,10 @@ struct LifecycleEvent {
   std::string detail;  // libvirt's detail in words ("destroyed", "booted", ...)
 };
 
+// libvirt's lifecycle event and detail codes (virDomainEventType and its
+// detail enums) in words; `domain` is left empty. Unknown codes are Other.
+LifecycleEvent lifecycle_from_codes(int event, int detail);
+
 struct RunningDomain {
   std::string name;
   int id = -1;  // libvirt's domain id: new on every start
