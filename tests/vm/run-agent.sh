@@ -25,7 +25,9 @@
 #   9. a second agent with rotation by time and a domain disk budget: a
 #      bundle per rotation, then the budget stops the trace, counted;
 #  10. a third with a PT-rate budget (stops, cool-down, resumes) and the
-#      metrics on a loopback TCP port; 11. a fourth with a memory budget.
+#      metrics on a loopback TCP port; 11. a fourth with a memory budget;
+#  12. kill -9 of an agent mid-workload: both guests run on, their workloads
+#      finish, and ktguard's longest hold is within its 200 ms timeout.
 # usage: tests/vm/run-agent.sh BUILD_DIR [WORK_DIR]
 set -euo pipefail
 BUILD=$(cd "${1:?usage: run-agent.sh BUILD_DIR [WORK_DIR]}" && pwd)
@@ -106,6 +108,8 @@ wait_ready kthost-ag1 kthost-ag2 kthost-ag3
 "$K" agent --status --socket "$SOCK"
 check "ag3 (anonymous RAM) is read through QEMU process memory" \
   [ "$(domain_field kthost-ag3 memory_backend)" = process ]
+check "ag3's log says why: no shared RAM backing, so QEMU process memory" \
+  grep -q "domain kthost-ag3: warning: .*no shared RAM backing" "$W/agent.log"
 check "ag1 and ag2 (shared RAM) are read through the mapping" \
   [ "$(domain_field kthost-ag1 memory_backend)$(domain_field kthost-ag2 memory_backend)" = mmapmmap ]
 check "every traced domain has software PT" \
@@ -158,6 +162,7 @@ workload kthost-ag2 32 "$W/ag2-bpf3.txt"
 
 say "5. libvirtd restarted under the agent"
 ag1_before=$(bundle_of kthost-ag1)
+ag2_before=$(bundle_of kthost-ag2)
 libvirtd_pid=$(cat /run/libvirtd.pid)
 kill "$libvirtd_pid"
 while kill -0 "$libvirtd_pid" 2>/dev/null; do sleep 0.2; done
@@ -173,6 +178,8 @@ check "the agent reconnected to libvirt" \
   [ "$(status_json | python3 -c 'import json,sys; print(json.load(sys.stdin)["libvirt_reconnects"])')" -ge 1 ]
 check "ag1 traces on in a new bundle of the same boot" \
   [ "$ag1_after" != "$ag1_before" -a "$(dirname "$ag1_after")" = "$(dirname "$ag1_before")" ]
+check "ag2 traces on too: every running domain resumed" \
+  [ "$(bundle_of kthost-ag2)" != "$ag2_before" -a "$(dirname "$(bundle_of kthost-ag2)")" = "$(dirname "$ag2_before")" ]
 workload kthost-ag1 41 "$W/ag1-bpf4.txt"  # checked once the bundle is closed (step 8)
 
 say "5b. kthost-ag1 reset in place (virsh reset): a new boot directory, -r1"
@@ -240,15 +247,20 @@ for pair in "$ag1:ag2-bpf1 ag2-bpf2 ag3-bpf1" "$ag2_first:ag1-bpf1 ag1-bpf2 ag3-
   b=${pair%%:*}
   for other in ${pair#*:}; do check "no cross-talk: $(basename "$(dirname "$(dirname "$b")")") holds none of $other" crosstalk "$b" "$W/$other.txt"; done
 done
-say "9. a second agent, through an explicit libvirt socket: rotation every 12 s and a 150 MiB domain disk budget, on ag1"
+say "9. a second agent, through an explicit libvirt socket, on ag1 and ag2: rotation every 12 s and a 150 MiB"
+say "   domain disk budget; ag1 already has 130 MiB of earlier bundles, ag2 none"
 SOCK=$W/agent2.sock
+mkdir -p "$W/out2/kthost-ag1/earlier"
+truncate -s 130M "$W/out2/kthost-ag1/earlier/pt-cpu0"
 "$K" agent --connect 'qemu+unix:///system?socket=/var/run/libvirt/libvirt-sock' \
-  --output "$W/out2" --socket "$SOCK" --match kthost-ag1 --rotate-time 12 --max-domain-disk 150M \
+  --output "$W/out2" --socket "$SOCK" --match 'kthost-ag1,farm' --rotate-time 12 --max-domain-disk 150M \
   >"$W/agent2.log" 2>&1 &
 AGENT=$!
 deadline=$((SECONDS + 180))
 until [ "$(domain_field kthost-ag1 state 2>/dev/null)" = overbudget ] || [ $SECONDS -ge $deadline ]; do sleep 1; done
-sleep 3
+until [ "$(domain_field kthost-ag2 bundles 2>/dev/null || echo 0)" -ge 3 ] || [ $SECONDS -ge $deadline ]; do sleep 1; done
+check "ag2 goes on tracing (and rotating) while ag1 is over its budget" \
+  [ "$(domain_field kthost-ag2 state)" = tracing -a "$(domain_field kthost-ag1 state)" = overbudget ]
 "$K" agent --status --socket "$SOCK" | tee "$W/status2.txt"
 "$K" agent --status --metrics --socket "$SOCK" >"$W/metrics2.txt"
 check "ag1 stopped by its disk budget, counted, with untraced time" python3 - "$W/metrics2.txt" <(status_json) <<'PY'
@@ -266,13 +278,17 @@ kill -TERM "$AGENT"
 timeout 120 tail --pid="$AGENT" -f /dev/null || true
 wait "$AGENT" || true
 AGENT=""
-check "rotation by time, then the budget, each named in its bundle's summary.json" python3 - "$W/out2/kthost-ag1" <<'PY'
+check "ag1's bundle ended by the budget, ag2's by rotation, each named in its summary.json" \
+  python3 - "$W/out2/kthost-ag1" "$W/out2/kthost-ag2" <<'PY'
 import glob, json, sys
-ends = [json.load(open(f)).get("end", "") for f in sorted(glob.glob(sys.argv[1] + "/*/*/summary.json"))]
-print("bundle end reasons:", ends)
-assert len(ends) >= 2, ends
-assert any(e == "rotation: time" for e in ends), ends
-assert "budget" in ends[-1], ends
+def ends(d):
+    return [json.load(open(f)).get("end", "") for f in sorted(glob.glob(d + "/*/*/summary.json"))]
+a, b = ends(sys.argv[1]), ends(sys.argv[2])
+print("ag1 bundle end reasons:", a)
+print("ag2 bundle end reasons:", b)
+assert a and "budget" in a[-1], a
+assert sum(e == "rotation: time" for e in b) >= 2, b
+assert not any("budget" in e for e in b), b
 PY
 say "10. a third agent: a 1 MiB/s PT-rate budget (4 s cool-down) and metrics on a loopback port, on ag2 kept busy"
 SOCK=$W/agent3.sock
@@ -308,5 +324,33 @@ d = [x for x in json.load(sys.stdin)["domains"] if x["name"] == "kthost-ag1"][-1
 print("memory budget:", d["budget_stops"], "%.1f s untraced" % d["untraced_seconds"])
 sys.exit(0 if d["state"] == "overbudget" and d["budget_stops"].get("memory", 0) >= 1 and d["bundles"] == 0 else 1)' < <(status_json)
 kill -TERM "$AGENT"; wait "$AGENT" || true; AGENT=""
+say "12. kill -9 of an agent mid-workload: the guests run on, and no unload waits past ktguard's timeout"
+SOCK=$W/agent5.sock
+"$K" agent --output "$W/out5" --socket "$SOCK" --match 'kthost-ag1,farm' >"$W/agent5.log" 2>&1 &
+AGENT=$!
+wait_ready kthost-ag1 kthost-ag2
+for i in 1 2; do
+  g kthost-ag$i "echo reset >/sys/module/ktguard/parameters/hold_hist; rm -f /tmp/kill.done;
+    (ktprobe bpf-stress --count 60 --kinds socket,xdp --out /tmp/bpf-kill.txt >/tmp/bpf-kill.json 2>&1;
+     for j in 1 2 3; do insmod /lib/kthost-test/dummy.ko && rmmod dummy; done; echo done >/tmp/kill.done) </dev/null >/dev/null 2>&1 &" >/dev/null
+done
+sleep 2
+kill -KILL "$AGENT"
+wait "$AGENT" 2>/dev/null || true
+AGENT=""
+for i in 1 2; do
+  deadline=$((SECONDS + 240))
+  until g kthost-ag$i test -f /tmp/kill.done >/dev/null 2>&1 || [ $SECONDS -ge $deadline ]; do sleep 1; done
+  check "ag$i is running after the agent's kill -9" [ "$(virsh -q -c qemu:///system domstate kthost-ag$i)" = running ]
+  g kthost-ag$i cat /tmp/bpf-kill.json >"$W/ag$i-bpf-kill.json" 2>&1 || true
+  check "ag$i's workload finished, every program loaded" grep -q '"failed":0' "$W/ag$i-bpf-kill.json"
+  g kthost-ag$i cat /sys/module/ktguard/parameters/stats >"$W/ag$i-guard-stats.txt"
+  check "ag$i: the longest hold ended by ktguard's timeout (200 ms) at the latest" python3 - "$W/ag$i-guard-stats.txt" <<'PY'
+import sys
+s = {k: int(v) for k, v in (l.split("=", 1) for l in open(sys.argv[1]).read().split() if "=" in l and l.split("=", 1)[1].isdigit())}
+print("ktguard: longest hold %.1f ms, %d timeouts, %d reader gone" % (s["hold_ns_max"] / 1e6, s.get("timeouts", 0), s.get("reader_gone", 0)))
+sys.exit(0 if s["hold_ns_max"] < 250_000_000 else 1)
+PY
+done
 [ $failed = 0 ] || { say "FAILED (see above; agent logs $W/agent*.log)"; exit 1; }
 say "all checks passed"

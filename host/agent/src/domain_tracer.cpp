@@ -263,6 +263,7 @@ void DomainTracer::run() {
           return end_tracer("the domain was restarted (QEMU pid " + std::to_string(r.qemu_pid) + " -> " +
                             std::to_string(pid) + "): a new tracer follows it");
         if (!r.qemu_pid) {
+          for (const auto& w : d->warnings()) say("warning: " + w);  // e.g. no shared RAM: process memory, and why
           auto id = boot_id_of_process(pid);
           r.qemu_pid = pid;
           r.boot_base = id ? *id : "pid" + std::to_string(pid);
