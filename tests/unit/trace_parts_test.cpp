@@ -1,13 +1,17 @@
 // The parts of TraceSession (host/trace), each alone: the guard responder
 // (copy, ack word, channel ack, holds.jsonl), the TSC offset estimator, the
-// loss counters, option parsing, the default bundle name, the summary line.
+// loss counters, option parsing, thread setup, the default bundle name, the summary line.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "kthost/common/io.h"
+#include "kthost/common/thread_setup.h"
 #include "kthost/introspect/guest_memory.h"
 #include "kthost/trace/guard_responder.h"
 #include "kthost/trace/guest_workload.h"
@@ -219,6 +223,37 @@ TEST(TraceOptions, ParsedWithEachBadValueNamed) {
   w.pt.reset();
   w.backend = "xp";
   EXPECT_TRUE(parse_trace_options(w));  // parsed; TraceSession::open refuses it as too slow
+  EXPECT_FALSE(parse_trace_options(w)->guard_nice);
+  for (const char* good : {"-20", "0", "19", "-5"}) {
+    w.guard_nice = good;
+    o = parse_trace_options(w);
+    ASSERT_TRUE(o) << good;
+    EXPECT_EQ(o->guard_nice, std::optional<int>(std::stoi(good)));
+  }
+  for (const char* bad : {"-21", "20", "x", "", "-", "5x"}) {
+    w.guard_nice = bad;
+    o = parse_trace_options(w);
+    ASSERT_FALSE(o) << bad;
+    EXPECT_NE(o.error().message.find("--guard-nice takes -20..19"), std::string::npos) << o.error().message;
+  }
+}
+
+TEST(ThreadSetup, NamesAndNicesOnlyTheCallingThread) {
+  const int process_nice = getpriority(PRIO_PROCESS, 0);
+  int seen_nice = 100;
+  std::string seen_name;
+  std::thread t([&] {
+    name_this_thread("kt-test-thread-long-name");
+    ASSERT_TRUE(set_this_thread_nice(process_nice + 3));
+    const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+    seen_nice = getpriority(PRIO_PROCESS, tid);
+    std::ifstream comm("/proc/self/task/" + std::to_string(tid) + "/comm");
+    std::getline(comm, seen_name);
+  });
+  t.join();
+  EXPECT_EQ(seen_nice, process_nice + 3);
+  EXPECT_EQ(seen_name, "kt-test-thread-");  // the kernel keeps 15 characters
+  EXPECT_EQ(getpriority(PRIO_PROCESS, 0), process_nice);  // this thread's is unchanged
 }
 
 TEST(TraceOptions, DefaultBundleNameIsSafeAndDated) {

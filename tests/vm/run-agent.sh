@@ -26,8 +26,11 @@
 #      bundle per rotation, then the budget stops the trace, counted;
 #  10. a third with a PT-rate budget (stops, cool-down, resumes) and the
 #      metrics on a loopback TCP port; 11. a fourth with a memory budget;
-#  12. kill -9 of an agent mid-workload: both guests run on, their workloads
-#      finish, and ktguard's longest hold is within its 200 ms timeout.
+#  12. a fifth with kthost-ag1's bundles on a full disk (a small tmpfs): its
+#      trace fails (ENOSPC), is reported and retried with back-off, and
+#      kthost-ag2's goes on; then kill -9 of that agent mid-workload: both
+#      guests run on, their workloads finish, and ktguard's longest hold is
+#      within its 200 ms timeout.
 # usage: tests/vm/run-agent.sh BUILD_DIR [WORK_DIR]
 set -euo pipefail
 BUILD=$(cd "${1:?usage: run-agent.sh BUILD_DIR [WORK_DIR]}" && pwd)
@@ -37,6 +40,7 @@ K=$BUILD/host/cli/kthost
 LV=$SRC/vm-images/libvirt/kthost-libvirt.sh
 CHECK_BPF=$SRC/tests/tools/check-bpf-text.py
 DOMS="kthost-ag0 kthost-ag1 kthost-ag2 kthost-ag3"
+umount "$W/out5/kthost-ag1" 2>/dev/null || true
 rm -rf "$W"
 mkdir -p "$W"
 OUT=$W/out
@@ -51,6 +55,7 @@ check() {  # check WHAT CONDITION-COMMAND...
 }
 cleanup() {
   [ -z "$AGENT" ] || kill -TERM "$AGENT" 2>/dev/null || true
+  umount "$W/out5/kthost-ag1" 2>/dev/null || true
   for d in $DOMS; do
     cp "/run/kthost/$d/console.log" "$W/console-$d.log" 2>/dev/null || true
     "$LV" undefine "$d" >/dev/null 2>&1 || true
@@ -324,11 +329,37 @@ d = [x for x in json.load(sys.stdin)["domains"] if x["name"] == "kthost-ag1"][-1
 print("memory budget:", d["budget_stops"], "%.1f s untraced" % d["untraced_seconds"])
 sys.exit(0 if d["state"] == "overbudget" and d["budget_stops"].get("memory", 0) >= 1 and d["bundles"] == 0 else 1)' < <(status_json)
 kill -TERM "$AGENT"; wait "$AGENT" || true; AGENT=""
-say "12. kill -9 of an agent mid-workload: the guests run on, and no unload waits past ktguard's timeout"
+say "12. a fifth agent, ag1's bundles on a full disk (a 32 MiB tmpfs: the kcore and kallsyms take 21): ag1's trace"
+say "    fails (ENOSPC), is reported and retried with back-off, ag2's goes on; then kill -9 of the agent mid-workload:"
+say "    the guests run on, and no unload waits past ktguard's timeout"
 SOCK=$W/agent5.sock
+FULL=$W/out5/kthost-ag1
+mkdir -p "$FULL"
+mount -t tmpfs -o size=32m kthost-agent-test-full "$FULL"
 "$K" agent --output "$W/out5" --socket "$SOCK" --match 'kthost-ag1,farm' >"$W/agent5.log" 2>&1 &
 AGENT=$!
-wait_ready kthost-ag1 kthost-ag2
+wait_ready kthost-ag2
+holds_before=$(domain_field kthost-ag2 holds)
+g kthost-ag1 'end=$(( $(date +%s) + 20 )); while [ $(date +%s) -lt $end ]; do cat /proc/kallsyms >/dev/null; done' >/dev/null &
+wl=$!
+workload kthost-ag2 31 "$W/ag2-bpf-full.txt"
+wait $wl || true
+deadline=$((SECONDS + 60))
+until [ "$(domain_field kthost-ag1 failures 2>/dev/null || echo 0)" -ge 2 ] || [ $SECONDS -ge $deadline ]; do sleep 1; done
+"$K" agent --status --socket "$SOCK" | tee "$W/status5.txt"
+check "ag1 on a full disk: failed with ENOSPC, reported, retried with back-off; ag2 traced on, its holds answered" \
+  python3 - "$holds_before" "$W/agent5.log" < <(status_json) <<'PY'
+import json, sys
+s = json.load(sys.stdin)
+ag1 = [x for x in s["domains"] if x["name"] == "kthost-ag1"][-1]
+ag2 = [x for x in s["domains"] if x["name"] == "kthost-ag2"][-1]
+log = open(sys.argv[2]).read()
+print("ag1: state %s, %d failures, last error: %s" % (ag1["state"], ag1["failures"], ag1["last_error"]))
+print("ag2: state %s, holds %s -> %d" % (ag2["state"], sys.argv[1], ag2["holds"]))
+assert ag1["failures"] >= 2 and "No space left on device" in ag1["last_error"], ag1
+assert "No space left on device" in log, "the agent's log does not say why"
+assert ag2["state"] == "tracing" and ag2["failures"] == 0 and ag2["holds"] > int(sys.argv[1]), ag2
+PY
 for i in 1 2; do
   g kthost-ag$i "echo reset >/sys/module/ktguard/parameters/hold_hist; rm -f /tmp/kill.done;
     (ktprobe bpf-stress --count 60 --kinds socket,xdp --out /tmp/bpf-kill.txt >/tmp/bpf-kill.json 2>&1;
@@ -352,5 +383,6 @@ print("ktguard: longest hold %.1f ms, %d timeouts, %d reader gone" % (s["hold_ns
 sys.exit(0 if s["hold_ns_max"] < 250_000_000 else 1)
 PY
 done
+umount "$FULL"
 [ $failed = 0 ] || { say "FAILED (see above; agent logs $W/agent*.log)"; exit 1; }
 say "all checks passed"

@@ -5,9 +5,13 @@
 namespace kt {
 
 std::unique_ptr<SidebandReader> SidebandReader::start(SidebandChannel channel, Answer answer,
+                                                      std::function<void()> at_start,
                                                       std::chrono::milliseconds poll_wait) {
   std::unique_ptr<SidebandReader> r(new SidebandReader(std::move(channel), std::move(answer), poll_wait));
-  r->thread_ = std::thread([p = r.get()] { p->run(); });
+  r->thread_ = std::thread([p = r.get(), at_start = std::move(at_start)] {
+    if (at_start) at_start();
+    p->run();
+  });
   return r;
 }
 

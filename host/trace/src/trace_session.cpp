@@ -12,6 +12,7 @@
 #include "kthost/capture/text_saver.h"
 #include "kthost/common/io.h"
 #include "kthost/common/strings.h"
+#include "kthost/common/thread_setup.h"
 #include "kthost/introspect/kernel_layout.h"
 #include "kthost/introspect/page_walker.h"
 #include "kthost/pt/kvm_tsc.h"
@@ -36,6 +37,14 @@ Result<TraceOptions> parse_trace_options(const TraceOptionWords& w) {
   KT_ASSIGN_OR_RETURN(o.pt_config, parse_pt_config({w.pt_psb, w.pt_mtc, w.pt_cyc, w.pt_no_tsc}));
   o.guard = !w.no_guard;
   o.ack_word = !w.no_ack_word;
+  if (w.guard_nice) {
+    const std::string& v = *w.guard_nice;
+    bool negative = !v.empty() && v[0] == '-';
+    auto magnitude = parse_u64(negative ? v.substr(1) : v, 10);
+    if (!magnitude || *magnitude > 20 || (!negative && *magnitude > 19))
+      return Error(ErrorCode::InvalidArgument, "--guard-nice takes -20..19, not \"" + v + "\"");
+    o.guard_nice = negative ? -static_cast<int>(*magnitude) : static_cast<int>(*magnitude);
+  }
   if (w.out_dir.empty()) return Error(ErrorCode::InvalidArgument, "no output directory");
   o.out_dir = w.out_dir;
   return o;
@@ -100,6 +109,7 @@ struct TraceSession::State {
   std::thread mirror_thread;
   std::atomic<bool> mirror_stop{false};
   bool mirror_error_shown = false;  // under saver_mu
+  std::atomic<bool> nice_error_shown{false};
   // Last, so that it is destroyed first: its thread uses the members above.
   std::unique_ptr<SidebandReader> reader;
 
@@ -109,6 +119,13 @@ struct TraceSession::State {
     if (mirror_thread.joinable()) mirror_thread.join();
   }
   void mirror_loop();
+  // First thing on each thread that answers holds: its name and priority.
+  void set_up_guard_thread(const char* name) {
+    name_this_thread(name);
+    if (!options.guard_nice) return;
+    if (auto st = set_this_thread_nice(*options.guard_nice); !st && !nice_error_shown.exchange(true))
+      notice(st.error().message + ": holds are answered at the process's priority, behind busy vCPU threads");
+  }
 
   PtCapture::Sink pt_sink() {
     return [this](uint32_t cpu, const uint8_t* data, size_t len) { return bundle->append_pt(cpu, data, len); };
@@ -341,8 +358,12 @@ Result<std::unique_ptr<TraceSession>> TraceSession::open(TraceParts parts, const
   s->reader = SidebandReader::start(std::move(channel), [st](const SidebandEvent& ev, const GuardNoticeEvent& n,
                                                              const SidebandReader::AckSender& ack) {
     st->answer(ev, n, ack);
-  });
-  if (s->mirror) s->mirror_thread = std::thread([st] { st->mirror_loop(); });
+  }, [st] { st->set_up_guard_thread("kt-sideband"); });
+  if (s->mirror)
+    s->mirror_thread = std::thread([st] {
+      st->set_up_guard_thread("kt-guard-mirror");
+      st->mirror_loop();
+    });
   return std::unique_ptr<TraceSession>(new TraceSession(std::move(s)));
 }
 

@@ -44,8 +44,10 @@ class SidebandReader {
   using AckSender = std::function<Status(uint64_t id, uint32_t status)>;
   using Answer = std::function<void(const SidebandEvent&, const GuardNoticeEvent&, const AckSender& ack)>;
 
-  // Starts the thread; `poll_wait` bounds how long stop() waits for it.
+  // Starts the thread, which first runs `at_start` (its name, its priority);
+  // `poll_wait` bounds how long stop() waits for it.
   static std::unique_ptr<SidebandReader> start(SidebandChannel channel, Answer answer,
+                                               std::function<void()> at_start = {},
                                                std::chrono::milliseconds poll_wait = std::chrono::milliseconds(20));
   ~SidebandReader();  // stop()
   SidebandReader(const SidebandReader&) = delete;

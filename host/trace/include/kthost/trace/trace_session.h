@@ -53,6 +53,11 @@ struct TraceOptions {
   PtConfig pt_config;
   bool guard = true;     // answer ktguard's holds (else best-effort unload copies)
   bool ack_word = true;  // also end holds through the ack word in guest RAM
+  // The nice value of the threads that answer holds (the sideband reader and
+  // the guard mirror's poller); unset: the process's. Below the process's it
+  // needs CAP_SYS_NICE; without it they keep the process's, and a notice
+  // says so. (tests/bench/run-agent-bench.sh GUARD_NICE=N measures it.)
+  std::optional<int> guard_nice;
   // Messages for the user (warnings, what was chosen); stderr in the CLI.
   std::function<void(const std::string&)> notice;
 };
@@ -62,6 +67,7 @@ struct TraceOptionWords {
   std::optional<std::string> backend, pt, pt_psb, pt_mtc, pt_cyc;
   bool pt_no_tsc = false, no_guard = false, no_ack_word = false;
   std::string out_dir;
+  std::optional<std::string> guard_nice;
 };
 // Errors: InvalidArgument naming the option and the value.
 Result<TraceOptions> parse_trace_options(const TraceOptionWords& words);

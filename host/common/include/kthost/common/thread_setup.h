@@ -1,0 +1,19 @@
+// What a kthost thread says of itself when it starts: its name (seen in
+// top -H, perf and /proc/PID/task/*/comm) and its nice value.
+#pragma once
+
+#include <string>
+
+#include "kthost/common/result.h"
+
+namespace kt {
+
+// Names the calling thread (cut to the kernel's 15 characters).
+void name_this_thread(const std::string& name);
+
+// Sets the calling thread's nice value (Linux: per thread). Below the
+// process's own it needs CAP_SYS_NICE (or RLIMIT_NICE); errors name the
+// value and why.
+Status set_this_thread_nice(int nice);
+
+}  // namespace kt

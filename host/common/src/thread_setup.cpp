@@ -1,0 +1,23 @@
+#include "kthost/common/thread_setup.h"
+
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace kt {
+
+void name_this_thread(const std::string& name) {
+  pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+}
+
+Status set_this_thread_nice(int nice) {
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  if (::setpriority(PRIO_PROCESS, tid, nice) != 0)
+    return io_error("set this thread's nice value to " + std::to_string(nice), errno);
+  return ok_status();
+}
+
+}  // namespace kt
