@@ -348,9 +348,9 @@ deadline=$((SECONDS + 60))
 until [ "$(domain_field kthost-ag1 failures 2>/dev/null || echo 0)" -ge 2 ] || [ $SECONDS -ge $deadline ]; do sleep 1; done
 "$K" agent --status --socket "$SOCK" | tee "$W/status5.txt"
 check "ag1 on a full disk: failed with ENOSPC, reported, retried with back-off; ag2 traced on, its holds answered" \
-  python3 - "$holds_before" "$W/agent5.log" < <(status_json) <<'PY'
+  python3 - "$holds_before" "$W/agent5.log" <(status_json) <<'PY'
 import json, sys
-s = json.load(sys.stdin)
+s = json.load(open(sys.argv[3]))
 ag1 = [x for x in s["domains"] if x["name"] == "kthost-ag1"][-1]
 ag2 = [x for x in s["domains"] if x["name"] == "kthost-ag2"][-1]
 log = open(sys.argv[2]).read()
