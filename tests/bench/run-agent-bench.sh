@@ -175,6 +175,7 @@ one() {
     mkdir -p "$W/guest-$tag-$d"
     for f in stats-before stats-after hist bpf.json; do g "$d" cat "/tmp/$f" >"$W/guest-$tag-$d/$f"; done
   done
+  # shellcheck disable=SC2086
   python3 - "$RESULTS" "$run" "$n" "$W/out-$tag" "$W/guest-$tag" "$hz" "$c0" "$c1" "$t0" "$t1" "$load" "$tracer" \
     "$h0 $h1" $doms <<'PY'
 import glob, json, sys
