@@ -50,6 +50,7 @@ Result<Target> open_target(const Options& opt, TargetNeeds needs) {
   if (domain_name) {
     KT_ASSIGN_OR_RETURN(LibvirtDomain d, LibvirtDomain::open(opt.get_or("connect", ""), *domain_name));
     for (const auto& w : d.warnings()) std::fprintf(stderr, "kthost: warning: %s\n", w.c_str());
+    for (const auto& n : d.notes()) std::fprintf(stderr, "kthost: %s\n", n.c_str());
     t.vm = d.description();
     t.monitor = d.monitor();
     t.label = "domain " + *domain_name;

@@ -36,6 +36,9 @@
 #     script starts it (unix socket root-only, no polkit: there is no D-Bus).
 #   /var/lib/kthost/libvirt/   domain XML files, daemon logs.
 #   /run/kthost/NAME/          the guest's channel sockets and console log.
+# Environment: KTHOST_LIBVIRT_HOST_UUID=UUID gives the libvirtd that
+#   start-daemon starts that host UUID (a second libvirtd in its own
+#   namespaces, as tests/vm/run-agent-pod.sh runs one, must differ).
 set -eu
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -94,6 +97,9 @@ auth_unix_ro = "none"
 auth_unix_rw = "none"
 log_outputs = "3:stderr"
 EOF
+  # A second libvirtd on this machine (a test's "pod", the target of a
+  # migration) needs its own host UUID: libvirt refuses to migrate to itself.
+  [ -z "${KTHOST_LIBVIRT_HOST_UUID:-}" ] || echo "host_uuid = \"$KTHOST_LIBVIRT_HOST_UUID\"" >>"$STATE/libvirtd.conf"
 }
 
 pid_running() { [ -n "$1" ] && [ -d "/proc/$1" ] && ! grep -q '^State:.*[ZX]' "/proc/$1/status" 2>/dev/null; }

@@ -264,6 +264,7 @@ void DomainTracer::run() {
                             std::to_string(pid) + "): a new tracer follows it");
         if (!r.qemu_pid) {
           for (const auto& w : d->warnings()) say("warning: " + w);  // e.g. no shared RAM: process memory, and why
+          for (const auto& n : d->notes()) say(n);                    // e.g. a pod's namespaces
           auto id = boot_id_of_process(pid);
           r.qemu_pid = pid;
           r.boot_base = id ? *id : "pid" + std::to_string(pid);
@@ -361,16 +362,20 @@ void DomainTracer::run() {
         if (!going) {
           bool failed = r.session->failed();
           std::string why = r.session->end_reason();
-          close_session(why);
           // The channel often closes a moment before libvirt reports the
-          // domain gone: give it that moment before calling this a failure.
+          // domain gone: give it that moment before calling this a failure,
+          // so that the bundle says why (shut off, crashed, migrated away).
           for (int i = 0; i < 12; ++i) {
             auto alive = r.domain->check_alive();
             if (!alive && alive.error().code == ErrorCode::Io) break;  // libvirtd, not the domain: retry
-            if (!alive) return end_tracer(alive.error().message);
+            if (!alive) {
+              r.session->explain_end(alive.error().message);
+              return end_tracer(alive.error().message);
+            }
             if (!stop_requested().empty()) break;
             wait_for(0.25);
           }
+          close_session(why);
           if (seconds_between(r.session_start, now) > 60) r.backoff.reset();
           // The domain runs on: the helper went away (a reboot in place, a
           // restart of ktguest) or the trace failed. Try again.

@@ -57,9 +57,21 @@ Status write_file_atomic(const std::string& path, const std::string& data) {
 Result<UniqueFd> connect_unix(const std::string& path, std::chrono::milliseconds timeout) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof addr.sun_path)
-    return Error(ErrorCode::InvalidArgument, "socket path too long: " + path);
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  // A path longer than sun_path (108 bytes: a socket reached through
+  // /proc/<pid>/root/...) is reached through its directory, held open.
+  UniqueFd dir;
+  std::string name = path;
+  if (path.size() >= sizeof addr.sun_path) {
+    auto slash = path.rfind('/');
+    if (slash == std::string::npos || slash == 0)
+      return Error(ErrorCode::InvalidArgument, "socket path too long: " + path);
+    dir = UniqueFd(::open(path.substr(0, slash).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!dir.valid()) return io_error("open the directory of socket " + path, errno);
+    name = "/proc/self/fd/" + std::to_string(dir.get()) + path.substr(slash);
+    if (name.size() >= sizeof addr.sun_path)
+      return Error(ErrorCode::InvalidArgument, "socket path too long, even its name alone: " + path);
+  }
+  std::memcpy(addr.sun_path, name.c_str(), name.size() + 1);
   auto deadline = Clock::now() + timeout;
   int last_errno = 0;
   do {

@@ -1,5 +1,6 @@
 #include "kthost/libvirt/libvirt_domain.h"
 
+#include "kthost/vm/process_namespace.h"
 #include "kthost/vm/ram_backing.h"
 
 #include <unistd.h>
@@ -30,6 +31,25 @@ DomainState to_state(int s) {
     case VIR_DOMAIN_PMSUSPENDED: return DomainState::PmSuspended;
     default: return DomainState::Unknown;
   }
+}
+
+// Why a domain is shut off or crashed, from virDomainGetState's reason.
+std::string stop_reason_words(int state, int reason) {
+  if (state == VIR_DOMAIN_SHUTOFF) {
+    switch (reason) {
+      case VIR_DOMAIN_SHUTOFF_SHUTDOWN: return "shut down";
+      case VIR_DOMAIN_SHUTOFF_DESTROYED: return "destroyed";
+      case VIR_DOMAIN_SHUTOFF_CRASHED: return "crashed";
+      case VIR_DOMAIN_SHUTOFF_MIGRATED: return "migrated away";
+      case VIR_DOMAIN_SHUTOFF_SAVED: return "saved";
+      case VIR_DOMAIN_SHUTOFF_FAILED: return "failed to start";
+      case VIR_DOMAIN_SHUTOFF_FROM_SNAPSHOT: return "restored from a snapshot";
+      case VIR_DOMAIN_SHUTOFF_DAEMON: return "stopped by libvirtd";
+      default: return "";
+    }
+  }
+  if (state == VIR_DOMAIN_CRASHED && reason == VIR_DOMAIN_CRASHED_PANICKED) return "guest panic";
+  return "";
 }
 
 }  // namespace
@@ -143,6 +163,18 @@ Result<LibvirtDomain> LibvirtDomain::open(const std::string& uri_in, const std::
   auto monitor = d.monitor();
   KT_ASSIGN_OR_RETURN(d.vcpu_threads_, query_vcpu_threads(*monitor));
   if (d.vcpu_threads_.empty()) return Error(ErrorCode::Protocol, "query-cpus-fast: domain '" + name + "' has no vCPUs");
+  // A libvirt reached through /proc/<pid>/root (a pod): QEMU counts threads in
+  // the pod's pid namespace, and kthost needs the node's numbers.
+  const auto anchor = namespace_anchor_from_uri(uri);
+  if (anchor) {
+    for (auto& t : d.vcpu_threads_) {
+      auto node_tid = node_tid_in_pid_namespace_of(*anchor, t.thread_id);
+      if (!node_tid)
+        return Error(node_tid.error().code, "domain '" + name + "' behind " + uri + ": vCPU " +
+                                                std::to_string(t.cpu_index) + " thread: " + node_tid.error().message);
+      t.thread_id = *node_tid;
+    }
+  }
   KT_ASSIGN_OR_RETURN(int pid, thread_group_of(d.vcpu_threads_[0].thread_id));
   for (const auto& t : d.vcpu_threads_) {
     auto group = thread_group_of(t.thread_id);
@@ -155,21 +187,28 @@ Result<LibvirtDomain> LibvirtDomain::open(const std::string& uri_in, const std::
     return Error(ErrorCode::Protocol, "/run/libvirt/qemu/" + name + ".pid says " + std::to_string(*recorded) +
                                           " but the vCPU threads belong to " + std::to_string(pid));
 
+  // Paths in the XML are QEMU's view of its filesystem; in another mount
+  // namespace kthost reaches them through /proc/<pid>/root.
+  KT_ASSIGN_OR_RETURN(std::string root, root_prefix_of(pid));
+  if (anchor && !root.empty())
+    d.notes_.push_back("domain '" + name + "' runs in other namespaces than kthost (reached through " + uri +
+                       "): its thread ids are translated to this host's, and its files are read through " + root);
+
   VmDescription& vm = d.vm_;
   vm.name = name;
   vm.pid = pid;
   vm.qmp = "";  // libvirt owns QEMU's monitor socket; use monitor()
-  vm.channel = d.xml_.channel;
-  vm.exec_channel = d.xml_.exec_channel;
-  vm.console_log = d.xml_.console_log;
+  vm.channel = under_root(root, d.xml_.channel);
+  vm.exec_channel = under_root(root, d.xml_.exec_channel);
+  vm.console_log = under_root(root, d.xml_.console_log);
   vm.accel = d.xml_.accel;
   vm.machine = d.xml_.machine;
   vm.vcpus = static_cast<int>(d.vcpu_threads_.size());
   vm.ram_size = d.xml_.memory_bytes;
-  vm.image = dirname_of(d.xml_.kernel);
+  vm.image = under_root(root, dirname_of(d.xml_.kernel));
   vm.kernel_release = read_kernel_release(vm.image);
-  vm.pt_plugin_out = d.xml_.pt_plugin_out;
-  vm.pt_plugin_trigger = d.xml_.pt_plugin_trigger;
+  vm.pt_plugin_out = under_root(root, d.xml_.pt_plugin_out);
+  vm.pt_plugin_trigger = under_root(root, d.xml_.pt_plugin_trigger);
 
   const std::string fallback =
       "kthost falls back to QEMU process memory (HMP gpa2hva + process_vm_readv): it works, but each read is a "
@@ -179,7 +218,7 @@ Result<LibvirtDomain> LibvirtDomain::open(const std::string& uri_in, const std::
     auto path = find_file_backing(pid, vm.ram_size);
     if (path) {
       vm.ram_backend = RamBackend::File;
-      vm.ram_path = *path;
+      vm.ram_path = under_root(root, *path);
     } else {
       ram_problem = "the XML asks for a shared file backing, but " + path.error().message;
     }
@@ -214,16 +253,21 @@ Result<DomainState> LibvirtDomain::state() const {
 }
 
 Status LibvirtDomain::check_alive() const {
-  auto st = state();
-  if (!st || virConnectIsAlive(handle_->conn) != 1)
-    return Error(ErrorCode::Io, "libvirtd went away (" + uri_ + ")" + (st ? std::string() : ": " + st.error().message));
-  switch (*st) {
+  int s = 0, reason = 0;
+  bool got = virDomainGetState(handle_->dom, &s, &reason, 0) == 0;
+  if (!got || virConnectIsAlive(handle_->conn) != 1)
+    return Error(ErrorCode::Io, "libvirtd went away (" + uri_ + ")" + (got ? std::string() : ": " + last_error()));
+  DomainState st = to_state(s);
+  switch (st) {
     case DomainState::Running:
     case DomainState::Blocked:
     case DomainState::Paused:
       return ok_status();
-    default:
-      return Error(ErrorCode::Unsupported, "domain '" + handle_->name + "' is " + domain_state_name(*st));
+    default: {
+      std::string why = stop_reason_words(s, reason);
+      return Error(ErrorCode::Unsupported,
+                   "domain '" + handle_->name + "' is " + domain_state_name(st) + (why.empty() ? "" : ": " + why));
+    }
   }
 }
 

@@ -500,6 +500,10 @@ TraceProgress TraceSession::progress() const {
 }
 
 const std::string& TraceSession::end_reason() const { return s_->end_reason; }
+
+void TraceSession::explain_end(const std::string& cause) {
+  if (s_->ended && !cause.empty()) s_->end_reason = cause + " (" + s_->end_reason + ")";
+}
 bool TraceSession::failed() const { return s_->failed; }
 std::string TraceSession::describe() const {
   const State& s = *s_;

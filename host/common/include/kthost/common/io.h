@@ -16,6 +16,7 @@ Result<std::string> read_file(const std::string& path, size_t max_bytes = 64u <<
 // Writes atomically (temp file + rename).
 Status write_file_atomic(const std::string& path, const std::string& data);
 // Connects a stream unix socket, retrying until the deadline (the peer may still be starting).
+// Paths longer than sun_path are reached through their directory (/proc/self/fd/N/NAME).
 Result<UniqueFd> connect_unix(const std::string& path, std::chrono::milliseconds timeout);
 // Writes all bytes, waiting at most `timeout` in total.
 Status write_all(int fd, const void* data, size_t len, std::chrono::milliseconds timeout);

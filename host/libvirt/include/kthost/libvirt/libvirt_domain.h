@@ -58,6 +58,10 @@ class LibvirtDomain {
   // reached or refuses (libvirt's message), NotPresent when the domain does
   // not exist, Unsupported when it is not running or the URI is not local.
   // A missing shared RAM backing or channel is not an error: see warnings().
+  // A URI whose socket is /proc/<pid>/root/... names a libvirt in another
+  // pod's namespaces (kthost/vm/process_namespace.h): thread ids are
+  // translated to this host's. In any case, paths from the XML are read
+  // through /proc/<qemu pid>/root when QEMU's mount namespace is not ours.
   static Result<LibvirtDomain> open(const std::string& uri, const std::string& name);
 
   LibvirtDomain(LibvirtDomain&&) noexcept;
@@ -71,6 +75,9 @@ class LibvirtDomain {
   // What the domain lacks, each with the XML lines to add: shared RAM (with
   // the note that kthost falls back to QEMU process memory) and the channels.
   const std::vector<std::string>& warnings() const { return warnings_; }
+  // What kthost does differently for this domain and why, for the log: e.g.
+  // a domain in a pod's namespaces, reached through /proc/<pid>/root.
+  const std::vector<std::string>& notes() const { return notes_; }
 
   // A new monitor on this domain; every command times out after `timeout`.
   std::unique_ptr<LibvirtMonitor> monitor(std::chrono::milliseconds timeout = std::chrono::seconds(10)) const;
@@ -97,6 +104,7 @@ class LibvirtDomain {
   DomainXml xml_;
   std::vector<VcpuThread> vcpu_threads_;
   std::vector<std::string> warnings_;
+  std::vector<std::string> notes_;
 };
 
 // qemu:///system and qemu:///session are local; qemu+ssh://host/system is

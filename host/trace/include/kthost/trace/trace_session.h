@@ -127,6 +127,10 @@ class TraceSession {
   // caller ended (ignored when the session ended by itself). Errors: the
   // bundle or summary could not be written (what was flushed stays valid).
   Result<TraceSummary> finish(const std::string& reason);
+  // For a session that ended by itself: what the caller learned since of the
+  // cause (libvirt: "the domain migrated away"), put before the session's
+  // own reason ("cause (own reason)") in end_reason() and summary.json.
+  void explain_end(const std::string& cause);
 
   TraceProgress progress() const;
   const std::string& end_reason() const;
