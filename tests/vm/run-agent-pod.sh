@@ -9,7 +9,8 @@
 #      /proc/<pid>/root, and its QEMU's thread ids are the pod's, not this
 #      host's: as in a virt-launcher pod next to a node agent;
 #   2. an agent on the host, connected through that /proc/<pid>/root socket,
-#      traces kthost-pod1: its log says the domain runs in other namespaces;
+#      traces kthost-pod1, whose RAM is anonymous as KubeVirt's is (QEMU's
+#      process memory): its log says the domain runs in other namespaces;
 #      `kthost exec --connect` reaches the guest the same way; the bundle
 #      holds the guest's own BPF JIT bytes;
 #   3. kthost-mig1 runs on this host's libvirtd, traced by a second agent
@@ -114,7 +115,8 @@ until [ -f "$W/pod-ready" ] || [ $SECONDS -ge $deadline ]; do sleep 0.5; done
 POD=$(tr -d " \n" <"/proc/$UNSHARE/task/$UNSHARE/children")
 PURI="qemu+unix:///system?socket=/proc/$POD/root/run/libvirt/libvirt-sock"
 say "   the pod's pid 1 is $POD here; its libvirt: $PURI"
-in_pod "$LV" define "$BUILD/vm-image" --name kthost-pod1 --accel tcg --vcpus 1 --mem 320 >/dev/null
+# Anonymous RAM, as KubeVirt's memory-backend-ram: read through QEMU's process memory.
+in_pod "$LV" define "$BUILD/vm-image" --name kthost-pod1 --accel tcg --vcpus 1 --mem 320 --ram none >/dev/null
 in_pod "$LV" start kthost-pod1 --timeout 300 >"$W/start-pod1.log" 2>&1 || { cat "$W/start-pod1.log"; exit 1; }
 check "the pod's channel sockets are not at their paths on this host" [ ! -e /run/kthost/kthost-pod1/kthost0.sock ]
 check "but they are through /proc/<pod>/root" [ -S "/proc/$POD/root/run/kthost/kthost-pod1/kthost0.sock" ]
@@ -134,7 +136,8 @@ wait_ready "$W/pod-agent.sock" kthost-pod1 "$W/pod-agent.log"
 check "the agent's log says kthost-pod1 runs in other namespaces, and how it is reached" \
   grep -q "domain kthost-pod1: domain 'kthost-pod1' runs in other namespaces than kthost .*files are read through /proc/[0-9]*/root" \
   "$W/pod-agent.log"
-check "kthost-pod1 is read through the shared RAM mapping" [ "$(domain_field "$W/pod-agent.sock" kthost-pod1 memory_backend)" = mmap ]
+check "kthost-pod1 (anonymous RAM) is read through QEMU's process memory" \
+  [ "$(domain_field "$W/pod-agent.sock" kthost-pod1 memory_backend)" = process ]
 check "kthost-pod1 has software PT" [ "$(domain_field "$W/pod-agent.sock" kthost-pod1 pt_source)" = software ]
 workload "$PURI" kthost-pod1 71 "$W/pod1-bpf.txt" || { say "the pod workload failed"; exit 1; }
 pod1_bundle=$(domain_field "$W/pod-agent.sock" kthost-pod1 bundle)
@@ -161,6 +164,8 @@ deadline=$((SECONDS + 60))
 until [ -f "$host_bundle/summary.json" ] || [ $SECONDS -ge $deadline ]; do sleep 1; done
 check "the host agent closed its bundle, saying the domain migrated away" grep -q "migrated away" "$host_bundle/summary.json"
 wait_ready "$W/pod-agent.sock" kthost-mig1 "$W/pod-agent.log"
+check "kthost-mig1 (memfd RAM) is read in the pod through the shared mapping" \
+  [ "$(domain_field "$W/pod-agent.sock" kthost-mig1 memory_backend)" = mmap ]
 workload "$PURI" kthost-mig1 82 "$W/mig1-bpf2.txt" || { say "the workload after the migration failed"; exit 1; }
 pod_mig_bundle=$(domain_field "$W/pod-agent.sock" kthost-mig1 bundle)
 say "   before: $host_bundle; after: $pod_mig_bundle"
