@@ -277,11 +277,27 @@ static int ktg_wait(struct ktg_slot *slot, enum ktg_hold_method method)
 					cpu_relax();
 			}
 		}
-		left = (long)(deadline - jiffies);
 		/* Not interruptible: a fatal signal in the freeing task must not
-		 * shorten the hold, and the timeout bounds it anyway. */
-		if (left > 0)
-			wait_event_timeout(slot->wq, ktg_ended(slot), left);
+		 * shorten the hold, and the timeout bounds it anyway. While the
+		 * host stores words, the sleep wakes every word_sleep_us to look
+		 * at the word: the reader's ack needs ktguest scheduled here and
+		 * a round trip through the channel, which a busy guest on a busy
+		 * host makes tens of ms; the word is usually stored long before. */
+		while (!ktg_ended(slot)) {
+			unsigned int step_us = READ_ONCE(ktg_word_sleep_us);
+
+			left = (long)(deadline - jiffies);
+			if (left <= 0)
+				break;
+			if (step_us && READ_ONCE(ktg_words_live) &&
+			    (u64)step_us * NSEC_PER_USEC < (u64)jiffies_to_nsecs(left)) {
+				atomic64_inc(&ktg_stats.word_sleeps);
+				wait_event_hrtimeout(slot->wq, ktg_ended(slot),
+						     ns_to_ktime((u64)step_us * NSEC_PER_USEC));
+			} else {
+				wait_event_timeout(slot->wq, ktg_ended(slot), left);
+			}
+		}
 	} else {
 		u64 deadline;
 

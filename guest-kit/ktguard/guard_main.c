@@ -14,6 +14,7 @@ unsigned int ktg_hold_ms = 200;
 unsigned int ktg_spin_max_ms = 200;
 unsigned int ktg_word_spin_us = 3000;
 unsigned int ktg_word_busy_us = 3000;
+unsigned int ktg_word_sleep_us = 500;
 struct ktg_stats ktg_stats;
 
 static int ktg_set_ms(const char *val, const struct kernel_param *kp)
@@ -44,6 +45,9 @@ MODULE_PARM_DESC(word_spin_us, "once the host stores ack words in guest RAM, how
 module_param_named(word_busy_us, ktg_word_busy_us, uint, 0644);
 MODULE_PARM_DESC(word_busy_us, "of word_spin_us, how long the poll goes on while other tasks wait for the CPU; "
 		 "after that only while the CPU would otherwise idle, in us (default 3000: all of it)");
+module_param_named(word_sleep_us, ktg_word_sleep_us, uint, 0644);
+MODULE_PARM_DESC(word_sleep_us, "once the host stores ack words, how often a hold that sleeps (after word_spin_us) "
+		 "wakes to look at its word, in us (default 500; 0: only the reader's ack wakes it)");
 bool ktg_verbose;
 module_param_named(verbose, ktg_verbose, bool, 0644);
 MODULE_PARM_DESC(verbose, "log every notice and its outcome (for tests)");
@@ -112,14 +116,14 @@ static int ktg_get_stats(char *buf, const struct kernel_param *kp)
 	return scnprintf(buf, PAGE_SIZE,
 			 "notices=%lld\nacks=%lld\nhost_errors=%lld\ntimeouts=%lld\n"
 			 "reader_gone=%lld\nunguarded=%lld\noverflows=%lld\nstale_acks=%lld\nlate_acks=%lld\n"
-			 "word_acks=%lld\nunread=%lld\nword_spins=%lld\n"
+			 "word_acks=%lld\nunread=%lld\nword_spins=%lld\nword_sleeps=%lld\n"
 			 "spins=%lld\nslot_waits=%lld\nhold_ns_total=%lld\nhold_ns_max=%lld\nmisses=%llu\n",
 			 atomic64_read(&s->notices), atomic64_read(&s->acks),
 			 atomic64_read(&s->host_errors), atomic64_read(&s->timeouts),
 			 atomic64_read(&s->reader_gone), atomic64_read(&s->unguarded),
 			 atomic64_read(&s->overflows), atomic64_read(&s->stale_acks),
 			 atomic64_read(&s->late_acks), atomic64_read(&s->word_acks), atomic64_read(&s->unread),
-			 atomic64_read(&s->word_spins),
+			 atomic64_read(&s->word_spins), atomic64_read(&s->word_sleeps),
 			 atomic64_read(&s->spins), atomic64_read(&s->slot_waits), atomic64_read(&s->hold_ns_total),
 			 atomic64_read(&s->hold_ns_max), READ_ONCE(ktg_miss_count));
 }

@@ -34,6 +34,7 @@ extern unsigned int ktg_hold_ms;
 extern unsigned int ktg_spin_max_ms;
 extern unsigned int ktg_word_spin_us;
 extern unsigned int ktg_word_busy_us;
+extern unsigned int ktg_word_sleep_us;
 extern bool ktg_verbose;
 
 /* Counters (guard_main.c). */
@@ -50,6 +51,7 @@ struct ktg_stats {
 	atomic64_t word_acks;  /* holds ended by the host storing the id in the ack word */
 	atomic64_t unread;     /* holds that ended before the reader read their notice (the host polled the mirror) */
 	atomic64_t word_spins; /* sleeping holds that first polled their ack word (ack words seen this session) */
+	atomic64_t word_sleeps; /* timed sleeps of holds between looks at their ack word (word_sleep_us) */
 	atomic64_t spins;      /* holds done by busy waiting */
 	atomic64_t slot_waits; /* sleeping frees that waited for a free slot */
 	atomic64_t hold_ns_total; /* time spent holding, all holds */

@@ -22,7 +22,13 @@
 #               time each freeing path waited, median and p99) and kthost's
 #               own part of each hold (host_us in the bundle's holds.jsonl);
 #   BPF S       the guest's time for its BPF stress: its own slowdown, the
-#               yardstick for what oversubscription alone does to a guest.
+#               yardstick for what oversubscription alone does to a guest;
+#   VCPU WAIT   the share of the workload's wall time each guest's vCPU
+#               thread was runnable but waiting for a host CPU (schedstat's
+#               run_delay): the guest's clock runs on meanwhile, so a hold
+#               that waits on the guest (the holder, ktguest) grows with it;
+#   HOLD THR    the mean wait for a host CPU of the tracers' hold-answering
+#               threads (kt-guard-mirror, kt-sideband) per time they ran.
 # Printed: a row per N and domain (median over runs), then per N min /
 # median / max over runs; the goal's ratio per run: the worst domain's hold
 # p99 with N = 3 over the single domain's, same run (goal <= 2x), for the
@@ -32,7 +38,9 @@
 #
 # usage: tests/bench/run-agent-bench.sh BUILD_DIR [WORK_DIR]
 #   RUNS=N, LOADS="busy paced", TRACERS_COMPARED="agent procs", BPF=N, MODS=N,
-#   PACE_MS=N, GUARD_NICE=N (the tracers' --guard-nice)
+#   PACE_MS=N, GUARD_NICE=N (the tracers' --guard-nice),
+#   WORD_SLEEPS="0 500" (ktguard's word_sleep_us values to compare, each a
+#   load variant named LOAD-wsN; default: the module's own)
 set -euo pipefail
 BUILD=$(cd "${1:?usage: run-agent-bench.sh BUILD_DIR [WORK_DIR]}" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -43,8 +51,9 @@ MODS=${MODS:-10}
 LOADS=${LOADS:-busy}
 TRACERS_COMPARED=${TRACERS_COMPARED:-agent procs}
 PACE_MS=${PACE_MS:-100}
-# GUARD_NICE=N: the agent's --guard-nice (default: the agent's own, -10).
+# GUARD_NICE=N: the tracers' --guard-nice (default: unset, the process's own priority).
 NICE_ARG=${GUARD_NICE:+--guard-nice=$GUARD_NICE}
+WORD_SLEEPS=${WORD_SLEEPS:-}
 K=$BUILD/host/cli/kthost
 LV=$SRC/vm-images/libvirt/kthost-libvirt.sh
 DOMS="kthost-ab1 kthost-ab2 kthost-ab3"
@@ -78,9 +87,11 @@ P=/sys/module/ktguard/parameters
 # same programs and cycles in steps of 5 programs and 1 cycle with PACE_MS
 # between (the guests leave cores idle: what the agent itself adds shows).
 workload() {
-  local pre="echo reset >$P/hold_hist && cat $P/stats >/tmp/stats-before && rm -f /tmp/bpf.json"
+  local load=${1%%-ws*} ws=""
+  [ "$load" = "$1" ] || ws="echo ${1#*-ws} >$P/word_sleep_us && "
+  local pre="${ws}echo reset >$P/hold_hist && cat $P/stats >/tmp/stats-before && rm -f /tmp/bpf.json"
   local post="sleep 1 && cat $P/stats >/tmp/stats-after && cat $P/hold_hist >/tmp/hist"
-  if [ "$1" = busy ]; then
+  if [ "$load" = busy ]; then
     echo "$pre && ktprobe module-cycle --count $MODS --module /lib/kthost-test/dummy.ko --name dummy >/dev/null &&
       ktprobe bpf-stress --count $BPF --kinds socket,xdp,tracepoint,kprobe --out /tmp/b.txt >>/tmp/bpf.json && $post"
   else
@@ -148,6 +159,43 @@ tracer_ticks() { local p t=0; for p in $TRACERS; do t=$((t + $(cpu_ticks "$p")))
 # Busy and total jiffies of the whole host (/proc/stat's cpu line).
 host_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
 
+# sched_snapshot FILE DOMAIN...: schedstat of each domain's vCPU threads and
+# of the tracers' hold-answering threads, as JSON {"vcpu": {domain: [run_delay_ns,
+# timeslices]}, "hold": {tid: [run_delay_ns, timeslices]}}.
+sched_snapshot() {
+  local file=$1 d
+  shift
+  python3 - "$file" "$TRACERS" "$@" <<'PY'
+import glob, json, os, sys
+file, tracers, doms = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
+def sched(task):
+    try:
+        delay, slices = open(task + "/schedstat").read().split()[1:3]
+        return [int(delay), int(slices)]
+    except (OSError, ValueError):
+        return None
+out = {"vcpu": {}, "hold": {}}
+for d in doms:
+    pid = open("/run/libvirt/qemu/%s.pid" % d).read().strip()
+    for t in glob.glob("/proc/%s/task/*" % pid):
+        try:
+            comm = open(t + "/comm").read().strip()
+        except OSError:
+            continue
+        if comm.startswith("CPU ") and (s := sched(t)):
+            out["vcpu"][d] = [a + b for a, b in zip(out["vcpu"].get(d, [0, 0]), s)]
+for p in tracers:
+    for t in glob.glob("/proc/%s/task/*" % p):
+        try:
+            comm = open(t + "/comm").read().strip()
+        except OSError:
+            continue
+        if comm in ("kt-guard-mirror", "kt-sideband") and (s := sched(t)):
+            out["hold"][os.path.basename(t)] = s
+json.dump(out, open(file, "w"))
+PY
+}
+
 # one RUN LOAD TRACER N: the first N domains traced, the workload in each.
 one() {
   local run=$1 load=$2 tracer=$3 n=$4 i d doms="" tag=$1-$2-$3-$4 t0 t1 c0 c1 h0 h1 hz
@@ -164,12 +212,16 @@ one() {
   # shellcheck disable=SC2086
   start_tracers "$tracer" "$tag" $doms
   hz=$(getconf CLK_TCK)
+  # shellcheck disable=SC2086
+  sched_snapshot "$W/sched0-$tag.json" $doms
   c0=$(tracer_ticks) h0=$(host_jiffies) t0=$(date +%s.%N)
   local pids="" script
   script=$(workload "$load")
   for d in $doms; do g "$d" "$script" >"$W/wl-$tag-$d.log" 2>&1 & pids="$pids $!"; done
   for p in $pids; do wait "$p" || { say "$tag: a workload failed"; cat "$W"/wl-"$tag"-*.log; exit 1; }; done
   c1=$(tracer_ticks) h1=$(host_jiffies) t1=$(date +%s.%N)
+  # shellcheck disable=SC2086
+  sched_snapshot "$W/sched1-$tag.json" $doms
   stop_tracers "$tag"
   for d in $doms; do
     mkdir -p "$W/guest-$tag-$d"
@@ -177,10 +229,11 @@ one() {
   done
   # shellcheck disable=SC2086
   python3 - "$RESULTS" "$run" "$n" "$W/out-$tag" "$W/guest-$tag" "$hz" "$c0" "$c1" "$t0" "$t1" "$load" "$tracer" \
-    "$h0 $h1" $doms <<'PY'
+    "$h0 $h1" "$W/sched0-$tag.json" "$W/sched1-$tag.json" $doms <<'PY'
 import glob, json, sys
-results, run, n, out, guest, hz, c0, c1, t0, t1, load, tracer, host = sys.argv[1:14]
-doms = sys.argv[14:]
+results, run, n, out, guest, hz, c0, c1, t0, t1, load, tracer, host, sched0, sched1 = sys.argv[1:16]
+doms = sys.argv[16:]
+sched0, sched1 = json.load(open(sched0)), json.load(open(sched1))
 n, hz = int(n), float(hz)
 wall = float(t1) - float(t0)
 cpu_per_domain = (int(c1) - int(c0)) / hz / wall / n * 100
@@ -206,8 +259,14 @@ def stats(path):
     return {k: int(v) for k, v in (w.split("=", 1) for w in open(path).read().split() if "=" in w)
             if v.lstrip("-").isdigit()}
 
+# The hold-answering threads that ran through the workload: mean wait per run.
+hold_delay = [(sched1["hold"][t][0] - v[0], sched1["hold"][t][1] - v[1]) for t, v in sched0["hold"].items() if t in sched1["hold"]]
+hold_wait_us = sum(d for d, _ in hold_delay) / 1000 / max(1, sum(s for _, s in hold_delay)) if hold_delay else None
+
 with open(results, "a") as f:
     for d in doms:
+        v0, v1 = sched0["vcpu"].get(d), sched1["vcpu"].get(d)
+        vcpu_wait = 100.0 * (v1[0] - v0[0]) / 1e9 / wall if v0 and v1 else None
         g = "%s-%s" % (guest, d)
         host_us = []
         for h in glob.glob("%s/%s/*/*/holds.jsonl" % (out, d)):
@@ -218,18 +277,27 @@ with open(results, "a") as f:
                "wall_s": round(wall, 2), "holds": len(host_us), "missed_holds": missed,
                "hold_median_us": hist_pct(g + "/hist", 50), "hold_p99_us": hist_pct(g + "/hist", 99),
                "host_median_us": pct(host_us, 50), "host_p99_us": pct(host_us, 99),
-               "bpf_seconds": round(sum(json.loads(l).get("seconds", 0) for l in open(g + "/bpf.json") if l.strip()), 2)}
+               "bpf_seconds": round(sum(json.loads(l).get("seconds", 0) for l in open(g + "/bpf.json") if l.strip()), 2),
+               "vcpu_wait_pct": round(vcpu_wait, 1) if vcpu_wait is not None else None,
+               "hold_thread_wait_us": round(hold_wait_us, 1) if hold_wait_us is not None else None,
+               "word_sleeps": after.get("word_sleeps", 0) - before.get("word_sleeps", 0)}
         f.write(json.dumps(row) + "\n")
         print("  run %s %s %s N=%d %s: host %.0f%% busy, tracer CPU %.1f%% of a core per domain, %d holds (%d missed), hold median %s us p99 %s us, "
-              "kthost part %.0f / %.0f us, BPF stress %.1f s" %
+              "kthost part %.0f / %.0f us, BPF stress %.1f s, vCPU waited %s%% of the time, hold threads %s us per run" %
               (run, load, tracer, n, d, host_busy, cpu_per_domain, row["holds"], missed, row["hold_median_us"], row["hold_p99_us"],
-               row["host_median_us"] or 0, row["host_p99_us"] or 0, row["bpf_seconds"] or 0))
+               row["host_median_us"] or 0, row["host_p99_us"] or 0, row["bpf_seconds"] or 0, row["vcpu_wait_pct"],
+               row["hold_thread_wait_us"]))
 PY
   rm -rf "$W/out-$tag"  # PT makes bundles large
 }
 
+LOAD_VARIANTS=""
+for load in $LOADS; do
+  if [ -z "$WORD_SLEEPS" ]; then LOAD_VARIANTS="$LOAD_VARIANTS $load"; fi
+  for ws in $WORD_SLEEPS; do LOAD_VARIANTS="$LOAD_VARIANTS $load-ws$ws"; done
+done
 for run in $(seq 1 "$RUNS"); do
-  for load in $LOADS; do
+  for load in $LOAD_VARIANTS; do
     for tracer in $TRACERS_COMPARED; do
       for n in 1 2 3; do one "$run" "$load" "$tracer" "$n"; done
     done
@@ -251,21 +319,23 @@ for load in dict.fromkeys(r["load"] for r in all_rows):
     what = "one agent" if tracer == "agent" else "a kthost trace per domain"
     print()
     print("%s load, %s: per N and domain, median over %d runs" % (load, what, len(runs)))
-    print("  %-2s %-11s %6s %12s %6s %10s %10s %11s %11s %7s" % ("N", "DOMAIN", "HOST", "CPU%/DOMAIN", "HOLDS",
-          "HOLD MED", "HOLD P99", "KTHOST MED", "KTHOST P99", "BPF S"))
+    print("  %-2s %-11s %6s %12s %6s %10s %10s %11s %11s %7s %10s %10s" % ("N", "DOMAIN", "HOST", "CPU%/DOMAIN", "HOLDS",
+          "HOLD MED", "HOLD P99", "KTHOST MED", "KTHOST P99", "BPF S", "VCPU WAIT", "HOLD THR"))
     for n in (1, 2, 3):
         for d in sorted({r["domain"] for r in rows if r["n"] == n}):
             s = [r for r in rows if r["n"] == n and r["domain"] == d]
-            med = lambda k: statistics.median(r[k] for r in s)
-            print("  %-2d %-11s %5.0f%% %12.1f %6.0f %8.0fus %8.0fus %9.0fus %9.0fus %7.1f" % (
+            med = lambda k: statistics.median(r.get(k) or 0 for r in s)
+            print("  %-2d %-11s %5.0f%% %12.1f %6.0f %8.0fus %8.0fus %9.0fus %9.0fus %7.1f %9.1f%% %8.0fus" % (
                 n, d, med("host_busy_pct"), med("agent_cpu_pct_per_domain"), med("holds"), med("hold_median_us"),
-                med("hold_p99_us"), med("host_median_us"), med("host_p99_us"), med("bpf_seconds")))
+                med("hold_p99_us"), med("host_median_us"), med("host_p99_us"), med("bpf_seconds"), med("vcpu_wait_pct"),
+                med("hold_thread_wait_us")))
     print("  min / median / max over runs (holds: the worst domain of each run)")
     for n in (1, 2, 3):
         cpu = [next(r["agent_cpu_pct_per_domain"] for r in rows if r["n"] == n and r["run"] == x) for x in runs]
         w = lambda k: [worst(rows, n, k, x) for x in runs]
-        print("  N=%d  CPU per domain %s %%   hold p99 %s us   kthost p99 %s us   missed %s" % (
-            n, mmm(cpu, "%.1f"), mmm(w("hold_p99_us")), mmm(w("host_p99_us")), mmm(w("missed_holds"))))
+        wait = [max(r.get("vcpu_wait_pct") or 0 for r in rows if r["n"] == n and r["run"] == x) for x in runs]
+        print("  N=%d  CPU per domain %s %%   hold p99 %s us   kthost p99 %s us   missed %s   vCPU waited %s %%" % (
+            n, mmm(cpu, "%.1f"), mmm(w("hold_p99_us")), mmm(w("host_p99_us")), mmm(w("missed_holds")), mmm(wait, "%.1f")))
     for k, label in (("hold_p99_us", "guest's hold p99"), ("host_p99_us", "kthost's part p99"),
                      ("bpf_seconds", "guest's BPF stress")):
         v = [worst(rows, 3, k, x) / worst(rows, 1, k, x) for x in runs]
