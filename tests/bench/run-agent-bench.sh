@@ -127,6 +127,10 @@ start_tracers() {
       [ $SECONDS -lt $deadline ] || { say "$tag: not every domain became ready"; tail -n 30 "$W/agent-$tag.log"; exit 1; }
       sleep 1
     done
+    # As long as the baseline's settling below: a session's first seconds
+    # (PT switched on, the guests' code translated anew, the initial
+    # snapshot written) must not fall into one tracer's workload only.
+    sleep 3
     return
   fi
   for d in "$@"; do
