@@ -50,9 +50,9 @@ TEST(ProcessNamespace, NspidListsEachLevelAndRejectsGarbage) {
 }
 
 TEST(ProcessNamespace, OurOwnNamespacesNeedNoTranslation) {
-  auto tid = node_tid_in_pid_namespace_of(::getpid(), 12345);
-  ASSERT_TRUE(tid.ok()) << tid.error().message;
-  EXPECT_EQ(*tid, 12345);
+  auto tids = node_tids_in_pid_namespace_of(::getpid(), {12345, 7});
+  ASSERT_TRUE(tids.ok()) << tids.error().message;
+  EXPECT_EQ(*tids, (std::vector<int>{12345, 7}));
   auto root = root_prefix_of(::getpid());
   ASSERT_TRUE(root.ok()) << root.error().message;
   EXPECT_EQ(*root, "");
@@ -96,14 +96,14 @@ TEST(ProcessNamespace, ATaskInAnotherPidNamespaceIsFoundByItsIdThere) {
     if (comm && trim(*comm) == "sleep") break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  auto tid = node_tid_in_pid_namespace_of(inner, 1);
+  auto tid = node_tids_in_pid_namespace_of(inner, {1});
   auto root = root_prefix_of(inner);
-  auto missing = node_tid_in_pid_namespace_of(inner, 2);
+  auto missing = node_tids_in_pid_namespace_of(inner, {1, 2});
   ::kill(unshare_pid, SIGKILL);
   ::kill(inner, SIGKILL);
   ::waitpid(unshare_pid, nullptr, 0);
   ASSERT_TRUE(tid.ok()) << tid.error().message;
-  EXPECT_EQ(*tid, inner) << "pid 1 there is the sleep, " << inner << " here";
+  EXPECT_EQ(*tid, std::vector<int>{inner}) << "pid 1 there is the sleep, " << inner << " here";
   ASSERT_TRUE(root.ok()) << root.error().message;
   EXPECT_EQ(*root, "/proc/" + std::to_string(inner) + "/root");
   ASSERT_FALSE(missing.ok());

@@ -31,11 +31,8 @@ rm -rf "$W"
 mkdir -p "$W"
 say() { echo "agent pod test: $*"; }
 failed=0
-check() {  # check WHAT CONDITION-COMMAND...
-  local what=$1
-  shift
-  if "$@"; then say "ok    $what"; else say "FAIL  $what"; failed=1; fi
-}
+# shellcheck source=tests/vm/agent-lib.sh
+. "$SRC/tests/vm/agent-lib.sh"
 UNSHARE="" POD="" POD_AGENT="" HOST_AGENT=""
 in_pod() { nsenter -t "$POD" -m -p -- "$@"; }
 cleanup() {
@@ -53,25 +50,8 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'say "stopped by a signal"; exit 130' INT TERM HUP
-# domain_field SOCKET DOMAIN FIELD: the field of the domain's live tracer.
-domain_field() {
-  "$K" agent --status --json --socket "$1" | python3 -c '
-import json, sys
-s = json.load(sys.stdin)
-live = [d for d in s["domains"] if d["name"] == sys.argv[1] and d["state"] != "ended"]
-print(live[-1][sys.argv[2]] if live else "")' "$2" "$3"
-}
-# wait_ready SOCKET DOMAIN LOG: until the domain's tracer has a ready guest helper.
-wait_ready() {
-  local deadline=$((SECONDS + 240))
-  until [ "$(domain_field "$1" "$2" ready 2>/dev/null)" = True ]; do
-    if [ $SECONDS -ge $deadline ]; then
-      say "domain $2 never became ready under the agent"; "$K" agent --status --socket "$1" || true
-      tail -n 40 "$3"; exit 1
-    fi
-    sleep 1
-  done
-}
+domain_field() { agent_domain_field "$@"; }  # SOCKET DOMAIN FIELD
+wait_ready() { agent_wait_ready "$1" "$3" "$2"; }  # SOCKET DOMAIN LOG
 # workload URI DOMAIN SEED FILE: BPF programs of three kinds and a module
 # cycle; FILE gets the guest's JIT bytes.
 workload() {

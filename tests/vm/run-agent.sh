@@ -48,11 +48,8 @@ SOCK=$W/agent.sock
 AGENT=""
 say() { echo "agent test: $*"; }
 failed=0
-check() {  # check WHAT CONDITION-COMMAND...
-  local what=$1
-  shift
-  if "$@"; then say "ok    $what"; else say "FAIL  $what"; failed=1; fi
-}
+# shellcheck source=tests/vm/agent-lib.sh
+. "$SRC/tests/vm/agent-lib.sh"
 cleanup() {
   [ -z "$AGENT" ] || kill -TERM "$AGENT" 2>/dev/null || true
   umount "$W/out5/kthost-ag1" 2>/dev/null || true
@@ -65,26 +62,9 @@ trap cleanup EXIT
 trap 'say "stopped by a signal"; exit 130' INT TERM HUP
 status_json() { "$K" agent --status --json --socket "$SOCK"; }
 # domain_field DOMAIN FIELD: the field of the domain's live (not ended) tracer.
-domain_field() {
-  status_json | python3 -c '
-import json, sys
-s = json.load(sys.stdin)
-live = [d for d in s["domains"] if d["name"] == sys.argv[1] and d["state"] != "ended"]
-print(live[-1][sys.argv[2]] if live else "")' "$1" "$2"
-}
+domain_field() { agent_domain_field "$SOCK" "$@"; }
 # wait_ready DOMAIN...: until each has a tracer whose guest helper is ready.
-wait_ready() {
-  local deadline=$((SECONDS + 240)) d
-  for d in "$@"; do
-    until [ "$(domain_field "$d" ready 2>/dev/null)" = True ]; do
-      if [ $SECONDS -ge $deadline ]; then
-        say "domain $d never became ready under the agent"; "$K" agent --status --socket "$SOCK" || true
-        tail -n 40 "$W/agent.log"; exit 1
-      fi
-      sleep 1
-    done
-  done
-}
+wait_ready() { agent_wait_ready "$SOCK" "$W/agent.log" "$@"; }
 g() { local d=$1; shift; "$K" exec --domain "$d" --timeout 600 -- "$@"; }
 # workload DOMAIN SEED FILE: BPF programs of three kinds (seeded: different
 # programs in each guest) and two module cycles; FILE gets the guest's JIT bytes.

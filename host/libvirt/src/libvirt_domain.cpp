@@ -167,13 +167,13 @@ Result<LibvirtDomain> LibvirtDomain::open(const std::string& uri_in, const std::
   // the pod's pid namespace, and kthost needs the node's numbers.
   const auto anchor = namespace_anchor_from_uri(uri);
   if (anchor) {
-    for (auto& t : d.vcpu_threads_) {
-      auto node_tid = node_tid_in_pid_namespace_of(*anchor, t.thread_id);
-      if (!node_tid)
-        return Error(node_tid.error().code, "domain '" + name + "' behind " + uri + ": vCPU " +
-                                                std::to_string(t.cpu_index) + " thread: " + node_tid.error().message);
-      t.thread_id = *node_tid;
-    }
+    std::vector<int> ns_tids;
+    for (const auto& t : d.vcpu_threads_) ns_tids.push_back(t.thread_id);
+    auto node_tids = node_tids_in_pid_namespace_of(*anchor, ns_tids);
+    if (!node_tids)
+      return Error(node_tids.error().code,
+                   "domain '" + name + "' behind " + uri + ": its vCPU threads: " + node_tids.error().message);
+    for (size_t i = 0; i < ns_tids.size(); ++i) d.vcpu_threads_[i].thread_id = (*node_tids)[i];
   }
   KT_ASSIGN_OR_RETURN(int pid, thread_group_of(d.vcpu_threads_[0].thread_id));
   for (const auto& t : d.vcpu_threads_) {

@@ -104,29 +104,34 @@ std::vector<int> parse_nspid(std::string_view status_text) {
   return {};
 }
 
-Result<int> node_tid_in_pid_namespace_of(int anchor_pid, int ns_tid) {
+Result<std::vector<int>> node_tids_in_pid_namespace_of(int anchor_pid, const std::vector<int>& ns_tids) {
   KT_ASSIGN_OR_RETURN(ino_t ours, namespace_inode("self", "pid"));
   KT_ASSIGN_OR_RETURN(ino_t theirs, namespace_inode(std::to_string(anchor_pid), "pid"));
-  if (ours == theirs) return ns_tid;
-  // Every task of every process in that namespace: the one whose innermost
-  // id is ns_tid. Processes outside it are skipped by their ns inode.
-  int found = 0;
-  KT_ASSIGN_OR_RETURN(bool hit, any_numeric_entry("/proc", [&](const std::string& pid) {
+  if (ours == theirs) return ns_tids;
+  // Every task of every process in that namespace, once: the ones whose
+  // innermost id is wanted. Processes outside it are skipped by their ns inode.
+  std::vector<int> found(ns_tids.size(), 0);
+  size_t left = ns_tids.size();
+  KT_ASSIGN_OR_RETURN(bool all, any_numeric_entry("/proc", [&](const std::string& pid) {
                         auto ns = namespace_inode(pid, "pid");
                         if (!ns || *ns != theirs) return false;
-                        auto tasks = any_numeric_entry("/proc/" + pid + "/task", [&](const std::string& tid) {
+                        (void)any_numeric_entry("/proc/" + pid + "/task", [&](const std::string& tid) {
                           auto text = read_file("/proc/" + pid + "/task/" + tid + "/status", 1 << 16);
                           if (!text) return false;
                           auto ids = parse_nspid(*text);
-                          if (ids.size() < 2 || ids.back() != ns_tid) return false;
-                          found = ids.front();
-                          return true;
+                          if (ids.size() < 2) return false;
+                          for (size_t i = 0; i < ns_tids.size(); ++i)
+                            if (!found[i] && ids.back() == ns_tids[i]) found[i] = ids.front(), --left;
+                          return left == 0;
                         });
-                        return tasks && *tasks;
+                        return left == 0;
                       }));
-  if (!hit)
-    return Error(ErrorCode::NotPresent, "no task of the pid namespace of pid " + std::to_string(anchor_pid) +
-                                            " has id " + std::to_string(ns_tid) + " there (NSpid in /proc/*/task/*/status)");
+  if (!all)
+    for (size_t i = 0; i < ns_tids.size(); ++i)
+      if (!found[i])
+        return Error(ErrorCode::NotPresent, "no task of the pid namespace of pid " + std::to_string(anchor_pid) +
+                                                " has id " + std::to_string(ns_tids[i]) +
+                                                " there (NSpid in /proc/*/task/*/status)");
   return found;
 }
 

@@ -31,10 +31,11 @@ std::optional<int> namespace_anchor_from_uri(std::string_view uri);
 // a list of positive ids (at most 32, the kernel's nesting limit).
 std::vector<int> parse_nspid(std::string_view status_text);
 
-// The node's (our) id of the task that the pid namespace of `anchor_pid`
-// calls `ns_tid`. Where that namespace is ours, `ns_tid` itself. Errors:
-// NotPresent when no task there has that id; Io when /proc cannot be read.
-Result<int> node_tid_in_pid_namespace_of(int anchor_pid, int ns_tid);
+// The node's (our) ids of the tasks that the pid namespace of `anchor_pid`
+// calls `ns_tids`, in the same order, found in one walk of /proc. Where that
+// namespace is ours, `ns_tids` themselves. Errors: NotPresent naming the
+// first id no task there has; Io when /proc cannot be read.
+Result<std::vector<int>> node_tids_in_pid_namespace_of(int anchor_pid, const std::vector<int>& ns_tids);
 
 // How kthost reaches the files of process `pid`: "" when it shares kthost's
 // mount namespace, else "/proc/<pid>/root". Errors: Io (/proc/<pid>/ns/mnt
