@@ -4,6 +4,11 @@
 set -eu
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build}
-cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+. "$src/scripts/lib/ccache.sh"
+kthost_ccache_setup "$src"
+# shellcheck disable=SC2086
+cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo $KTHOST_LAUNCHER >/dev/null
+kthost_ccache_zero
 cmake --build "$build" -j"$(nproc)"
+kthost_ccache_report "$build"
 cmake --build "$build" --target vm-image

@@ -2,7 +2,7 @@
 # Installs every Debian package kthost needs to build, test and run its test
 # VM. Idempotent; run as root on Debian 12.
 set -eu
-PACKAGES="build-essential cmake pkg-config g++ clang-14 libfuzzer-14-dev libclang-rt-14-dev
+PACKAGES="build-essential cmake pkg-config g++ ccache clang-14 libfuzzer-14-dev libclang-rt-14-dev
   libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
   libipt-dev libelf-dev libdw-dev libzydis-dev
   qemu-system-x86 qemu-utils busybox-static cpio gzip binutils
@@ -21,6 +21,8 @@ PACKAGES="build-essential cmake pkg-config g++ clang-14 libfuzzer-14-dev libclan
 # (/etc/libvirt/qemu.conf) and libvirt-clients (virsh) run the test domain.
 # Without systemd, vm-images/libvirt/kthost-libvirt.sh start-daemon starts
 # the daemons by hand.
+# ccache: CI (.ci/run, KTHOST_CCACHE=1) compiles only what changed since its
+# last run (scripts/lib/ccache.sh).
 # debhelper, dh-dkms, dkms, dpkg-dev, lintian: the guest kit's Debian packages
 # (guest-kit/debian/build-debs.sh); mmdebstrap, fdisk (sfdisk), e2fsprogs
 # (mke2fs -d): the systemd disk image (vm-images/build-disk-image.sh).

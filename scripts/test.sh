@@ -9,6 +9,8 @@ build=${BUILD_DIR:-$src/build}
 asan=${ASAN_BUILD_DIR:-$src/build-asan}
 fuzz_seconds=${FUZZ_SECONDS:-16}
 "$src/scripts/install-deps.sh"
+. "$src/scripts/lib/ccache.sh"
+kthost_ccache_setup "$src"
 "$src/scripts/build.sh" "$build"
 
 # A skipped test is not a passed one: this script installs every package and
@@ -33,13 +35,16 @@ echo "== unit and VM integration tests (ctest)"
 run_ctest "$build" "$build/ctest.log" --timeout 900
 
 echo "== ASan+UBSan build (clang-14) with fuzz targets"
+# shellcheck disable=SC2086
 CC=clang-14 CXX=clang++-14 cmake -S "$src" -B "$asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DKTHOST_SANITIZE=ON -DKTHOST_FUZZ=ON -DKTHOST_GUEST_KIT=OFF >/dev/null
+  -DKTHOST_SANITIZE=ON -DKTHOST_FUZZ=ON -DKTHOST_GUEST_KIT=OFF $KTHOST_LAUNCHER >/dev/null
 # Only what runs under the sanitizers: the unit tests and every fuzz target
 # (the CLI, the VM tests and the benches are the plain build's).
+kthost_ccache_zero
 # shellcheck disable=SC2046
 cmake --build "$asan" -j"$(nproc)" --target kthost_unit_tests \
   $(cd "$src/tests/fuzz" && for f in fuzz_*.cpp; do echo "${f%.cpp}"; done)
+kthost_ccache_report "$asan"
 echo "== unit tests under ASan+UBSan"
 run_ctest "$asan" "$asan/ctest.log" -L unit
 
