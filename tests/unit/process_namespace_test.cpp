@@ -1,7 +1,8 @@
 // A QEMU in a pod's namespaces (kthost/vm/process_namespace.h): the anchor
 // in a libvirt URI, NSpid parsing, and, against a real pid and mount
-// namespace made by unshare(1) in a user namespace (no root needed), the
-// translation of a thread id and the /proc/<pid>/root prefix.
+// namespace made by unshare(1) (inside a new user namespace when not root,
+// so that no root is needed), the translation of a thread id and the
+// /proc/<pid>/root prefix.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -80,16 +81,24 @@ int only_child_of(pid_t parent) {
 
 TEST(ProcessNamespace, ATaskInAnotherPidNamespaceIsFoundByItsIdThere) {
   // unshare forks `sleep` as pid 1 of a new pid namespace, in a new mount
-  // namespace, both owned by a new user namespace.
+  // namespace. Root makes them directly, as a node agent's host does; anyone
+  // else needs a new user namespace to own them (which the kernel refuses
+  // inside a chroot).
+  const bool as_root = ::geteuid() == 0;
   pid_t unshare_pid = ::fork();
   ASSERT_GE(unshare_pid, 0);
   if (unshare_pid == 0) {
-    ::execlp("unshare", "unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount", "--mount-proc", "sleep",
-             "30", static_cast<char*>(nullptr));
+    if (as_root)
+      ::execlp("unshare", "unshare", "--pid", "--fork", "--mount", "--mount-proc", "sleep", "30",
+               static_cast<char*>(nullptr));
+    else
+      ::execlp("unshare", "unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount", "--mount-proc",
+               "sleep", "30", static_cast<char*>(nullptr));
     ::_exit(127);
   }
   int inner = only_child_of(unshare_pid);
-  ASSERT_GT(inner, 0) << "unshare(1) started no child: are user namespaces allowed here?";
+  ASSERT_GT(inner, 0) << "unshare(1) started no child: "
+                      << (as_root ? "are pid and mount namespaces allowed here?" : "are user namespaces allowed here?");
   // Wait until the child is sleep in its new namespace, not still unshare's fork.
   for (int i = 0; i < 500; ++i) {
     auto comm = read_file("/proc/" + std::to_string(inner) + "/comm", 64);

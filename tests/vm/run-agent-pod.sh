@@ -33,7 +33,7 @@ say() { echo "agent pod test: $*"; }
 failed=0
 # shellcheck source=tests/vm/agent-lib.sh
 . "$SRC/tests/vm/agent-lib.sh"
-UNSHARE="" POD="" POD_AGENT="" HOST_AGENT=""
+UNSHARE="" POD="" POD_AGENT="" HOST_AGENT="" POD_NEW_MOUNTS=""
 in_pod() { nsenter -t "$POD" -m -p -- "$@"; }
 cleanup() {
   local p
@@ -47,6 +47,12 @@ cleanup() {
   [ -z "$UNSHARE" ] || wait "$UNSHARE" 2>/dev/null || true
   cp /run/kthost/kthost-mig1/console.log "$W/console-mig1.log" 2>/dev/null || true
   "$LV" undefine kthost-mig1 >/dev/null 2>&1 || true
+  # In a chroot the pod's binds of its directories onto themselves reached
+  # this namespace (pod-init.sh): take away those that were not mount points
+  # before the pod started.
+  for d in $POD_NEW_MOUNTS; do
+    if mountpoint -q "$d"; then umount "$d" 2>/dev/null || say "could not unmount the pod's bind of $d here"; fi
+  done
 }
 trap cleanup EXIT
 trap 'say "stopped by a signal"; exit 130' INT TERM HUP
@@ -75,9 +81,30 @@ cp -a /etc/libvirt "$W/pod-etc"
 rm -f "$W"/pod-etc/qemu/*.xml
 rm -rf "$W/pod-etc/qemu/autostart"
 mkdir -p /var/lib/kthost/libvirt /var/lib/libvirt /var/log/libvirt /var/cache/libvirt
+# The directories the pod covers with its own, and which of them are mount
+# points here before it starts (see pod-init.sh and cleanup).
+POD_DIRS="/run /var/lib/libvirt /var/log/libvirt /var/cache/libvirt /var/lib/kthost/libvirt /etc/libvirt"
+POD_NEW_MOUNTS=""
+for d in $POD_DIRS; do mountpoint -q "$d" || POD_NEW_MOUNTS="$POD_NEW_MOUNTS $d"; done
+# Nothing the pod mounts may reach this host's namespace. Where / is a mount
+# point (a host, a container) making every mount private does that. In a
+# chroot (a fresh root: / is a directory of the host's root mount, which
+# cannot be named from here) the visible mounts are made private, and each
+# directory the pod covers is first bound onto itself and that bind made
+# private: only the bind onto itself reaches this host's namespace, and it is
+# taken away again at the end. Then the pod's own /proc, for its pid
+# namespace.
 cat >"$W/pod-init.sh" <<EOF
 #!/bin/sh
 set -e
+if ! mount --make-rprivate / 2>/dev/null; then
+  for m in \$(awk '{ print \$5 }' /proc/self/mountinfo); do mount --make-private "\$m" 2>/dev/null || true; done
+  for d in $POD_DIRS; do
+    mount --bind "\$d" "\$d"
+    mount --make-private "\$d"
+  done
+fi
+mount -t proc kthost-pod-proc /proc
 for d in /run /var/lib/libvirt /var/log/libvirt /var/cache/libvirt /var/lib/kthost/libvirt; do
   mount -t tmpfs kthost-pod "\$d"
 done
@@ -87,7 +114,7 @@ echo ready >"$W/pod-ready"
 exec sleep infinity
 EOF
 chmod +x "$W/pod-init.sh"
-setsid unshare --mount --pid --fork --mount-proc --propagation private "$W/pod-init.sh" >"$W/pod.log" 2>&1 &
+setsid unshare --mount --pid --fork --propagation unchanged "$W/pod-init.sh" >"$W/pod.log" 2>&1 &
 UNSHARE=$!
 deadline=$((SECONDS + 60))
 until [ -f "$W/pod-ready" ] || [ $SECONDS -ge $deadline ]; do sleep 0.5; done
