@@ -83,13 +83,20 @@ TEST(ProcessNamespace, ATaskInAnotherPidNamespaceIsFoundByItsIdThere) {
   // unshare forks `sleep` as pid 1 of a new pid namespace, in a new mount
   // namespace. Root makes them directly, as a node agent's host does; anyone
   // else needs a new user namespace to own them (which the kernel refuses
-  // inside a chroot).
+  // inside a chroot). The new namespace's /proc is mounted only once every
+  // mount it can see is private, so that it cannot reach this one's /proc:
+  // `unshare --propagation private` cannot do that in a chroot, whose / is no
+  // mount point.
   const bool as_root = ::geteuid() == 0;
+  const char* script =
+      "mount --make-rprivate / 2>/dev/null ||"
+      " for m in $(awk '{ print $5 }' /proc/self/mountinfo); do mount --make-private \"$m\" 2>/dev/null; done;"
+      " mount -t proc kthost-test-proc /proc && exec sleep 30";
   pid_t unshare_pid = ::fork();
   ASSERT_GE(unshare_pid, 0);
   if (unshare_pid == 0) {
     if (as_root)
-      ::execlp("unshare", "unshare", "--pid", "--fork", "--mount", "--mount-proc", "sleep", "30",
+      ::execlp("unshare", "unshare", "--pid", "--fork", "--mount", "--propagation", "unchanged", "sh", "-c", script,
                static_cast<char*>(nullptr));
     else
       ::execlp("unshare", "unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount", "--mount-proc",

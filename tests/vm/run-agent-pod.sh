@@ -34,7 +34,7 @@ failed=0
 # shellcheck source=tests/vm/agent-lib.sh
 . "$SRC/tests/vm/agent-lib.sh"
 UNSHARE="" POD="" POD_AGENT="" HOST_AGENT="" POD_NEW_MOUNTS=""
-in_pod() { nsenter -t "$POD" -m -p -- "$@"; }
+in_pod() { nsenter -t "$POD" -m -p -r -w -- "$@"; }  # -r -w: its root and directory too (a chroot)
 cleanup() {
   local p
   for p in $POD_AGENT $HOST_AGENT; do kill -TERM "$p" 2>/dev/null || true; done
