@@ -266,12 +266,19 @@ void VcpuEncoder::resolve_frame(size_t index, uint64_t resume) {
   close_frame(index, std::move(prefix));
 }
 
+// An overflow, as the hardware writes one while tracing stays enabled: OVF,
+// then the FUP that binds it (where tracing resumes: the handler), then a
+// PSB+ for readers that start there. Without the FUP a decoder takes the
+// OVF to mean tracing was off when the overflow resolved (a PSB directly
+// after OVF says so), and then waits for a TIP.PGE that never comes: libipt
+// stops with "expected tracing enabled event" at the next TNT.
 void VcpuEncoder::give_up_top() {
   std::vector<uint8_t> prefix;
   pt_packet packet;
   std::memset(&packet, 0, sizeof packet);
   packet.type = ppt_ovf;
   emit(packet, prefix);
+  emit_ip(ppt_fup, frames_.back().handler, prefix, false);  // OVF resets the decoder's last IP: never compressed
   write_psb(prefix, frames_.back().time, true, frames_.back().handler);
   ++stats_.overflows;
   close_frame(frames_.size() - 1, std::move(prefix));

@@ -310,9 +310,60 @@ TEST(PtEncoder, UnresolvableFrameBecomesOverflow) {
   r.run(kblock(K + 0x900, 1, EndKind::Iret));
   r.run(kblock(K + 0x700, 1, EndKind::ToUser));  // neither the target nor next: unknown
   r.from_user();
-  EXPECT_EQ(r.finish(), with_header({"tip.pge ffffffff81000100", "ovf", "psb", "mode.exec 64", "tsc 1234",
-                                     "fup ffffffff81000900", "psbend", "tip ffffffff81000700", "tip.pgd"}));
+  EXPECT_EQ(r.finish(), with_header({"tip.pge ffffffff81000100", "ovf", "fup ffffffff81000900", "psb", "mode.exec 64",
+                                     "tsc 1234", "fup ffffffff81000900", "psbend", "tip ffffffff81000700",
+                                     "tip.pgd"}));
   EXPECT_EQ(r.encoder.stats().overflows, 1u);
+}
+
+// What libipt's query decoder makes of an overflow the encoder writes: the
+// OVF binds to the FUP after it, so tracing stays enabled and resumes at the
+// handler, and the TNT that follows is a branch to query, not an error.
+TEST(PtEncoder, AnOverflowResumesTracingAtTheHandlerForLibipt) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x100, 1, EndKind::Cond, K + 0x180));
+  r.run(kblock(K + 0x900, 1, EndKind::Iret));
+  r.run(kblock(K + 0x700, 1, EndKind::Cond, K + 0x780));  // neither the target nor next: the frame is given up
+  r.run(kblock(K + 0x780, 1, EndKind::ToUser));
+  r.from_user();
+  r.encoder.stop();
+  std::vector<uint8_t> pt = r.encoder.output();
+  pt_config config;
+  pt_config_init(&config);
+  config.begin = pt.data();
+  config.end = pt.data() + pt.size();
+  pt_query_decoder* q = pt_qry_alloc_decoder(&config);
+  ASSERT_NE(q, nullptr);
+  uint64_t ip = 0;
+  int status = pt_qry_sync_forward(q, &ip);
+  ASSERT_GE(status, 0) << pt_errstr(pt_errcode(status));
+  bool overflow_seen = false, tnt_after_overflow = false;
+  while (status >= 0) {
+    while (status & pts_event_pending) {
+      pt_event ev;
+      status = pt_qry_event(q, &ev, sizeof ev);
+      ASSERT_GE(status, 0) << pt_errstr(pt_errcode(status));
+      if (ev.type == ptev_overflow) {
+        overflow_seen = true;
+        EXPECT_FALSE(ev.ip_suppressed) << "an OVF without its FUP: libipt takes tracing to be off";
+        EXPECT_EQ(ev.variant.overflow.ip, K + 0x900);
+      }
+    }
+    if (status & pts_eos) break;
+    int taken = 0;
+    status = pt_qry_cond_branch(q, &taken);
+    if (status >= 0) {
+      if (overflow_seen) tnt_after_overflow = true;
+      continue;
+    }
+    if (pt_errcode(status) != pte_bad_query) break;
+    status = pt_qry_indirect_branch(q, &ip);
+  }
+  EXPECT_TRUE(pt_errcode(status) == pte_eos || status >= 0) << pt_errstr(pt_errcode(status));
+  EXPECT_TRUE(overflow_seen);
+  EXPECT_TRUE(tnt_after_overflow) << "the handler's own conditional branch is queried after the overflow";
+  pt_qry_free_decoder(q);
 }
 
 TEST(PtEncoder, PsbPlusAtTheIntervalAndTntPackingAndCompression) {
