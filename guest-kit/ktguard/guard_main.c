@@ -116,14 +116,14 @@ static int ktg_get_stats(char *buf, const struct kernel_param *kp)
 	return scnprintf(buf, PAGE_SIZE,
 			 "notices=%lld\nacks=%lld\nhost_errors=%lld\ntimeouts=%lld\n"
 			 "reader_gone=%lld\nunguarded=%lld\noverflows=%lld\nstale_acks=%lld\nlate_acks=%lld\n"
-			 "word_acks=%lld\nunread=%lld\nword_spins=%lld\nword_sleeps=%lld\n"
+			 "word_acks=%lld\nunread=%lld\nword_spins=%lld\nword_sleeps=%lld\nlate_wakes=%lld\n"
 			 "spins=%lld\nslot_waits=%lld\nhold_ns_total=%lld\nhold_ns_max=%lld\nmisses=%llu\n",
 			 atomic64_read(&s->notices), atomic64_read(&s->acks),
 			 atomic64_read(&s->host_errors), atomic64_read(&s->timeouts),
 			 atomic64_read(&s->reader_gone), atomic64_read(&s->unguarded),
 			 atomic64_read(&s->overflows), atomic64_read(&s->stale_acks),
 			 atomic64_read(&s->late_acks), atomic64_read(&s->word_acks), atomic64_read(&s->unread),
-			 atomic64_read(&s->word_spins), atomic64_read(&s->word_sleeps),
+			 atomic64_read(&s->word_spins), atomic64_read(&s->word_sleeps), atomic64_read(&s->late_wakes),
 			 atomic64_read(&s->spins), atomic64_read(&s->slot_waits), atomic64_read(&s->hold_ns_total),
 			 atomic64_read(&s->hold_ns_max), READ_ONCE(ktg_miss_count));
 }

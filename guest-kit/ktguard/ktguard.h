@@ -52,6 +52,7 @@ struct ktg_stats {
 	atomic64_t unread;     /* holds that ended before the reader read their notice (the host polled the mirror) */
 	atomic64_t word_spins; /* sleeping holds that first polled their ack word (ack words seen this session) */
 	atomic64_t word_sleeps; /* timed sleeps of holds between looks at their ack word (word_sleep_us) */
+	atomic64_t late_wakes; /* word polls that ended without the word and woke the reader only then */
 	atomic64_t spins;      /* holds done by busy waiting */
 	atomic64_t slot_waits; /* sleeping frees that waited for a free slot */
 	atomic64_t hold_ns_total; /* time spent holding, all holds */

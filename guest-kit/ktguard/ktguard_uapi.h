@@ -74,7 +74,11 @@ enum ktguard_kind {
  * the reader, save the range and store the ack word: the hold then ends
  * without any guest-side work. The reader gets the notices still waiting
  * when it reads (a hold the host ended first is gone; counted as "unread"),
- * and the host acks each it gets.
+ * and the host acks each it gets. While the host is expected to store ack
+ * words, a hold that may sleep queues its notice without waking a blocked
+ * reader and polls its word first; it wakes the reader only if the poll
+ * gives up. A host finds the block before any notice through the pointer
+ * named KTGUARD_SHARED_SYMBOL.
  *
  *   [0, 64)                       struct ktguard_shared_header
  *   [ack_offset, +8 * slots)      the ack words, one u64 per slot
@@ -88,6 +92,10 @@ enum ktguard_kind {
  * of any slot (after the change is written), so an unchanged seq means
  * nothing to read. */
 #define KTGUARD_SHARED_SIZE 16384
+/* A pointer in ktguard's data (kallsyms, module ktguard) holding the block's
+ * kernel virtual address, NULL while there is none: a host that reads guest
+ * RAM finds the block through it before any notice names an ack word. */
+#define KTGUARD_SHARED_SYMBOL "ktguard_shared_block"
 #define KTGUARD_SHARED_MAGIC 0x315244484754544bULL /* "KTTGHDR1" */
 #define KTGUARD_SHARED_VERSION 1
 

@@ -39,6 +39,10 @@
 # usage: tests/bench/run-agent-bench.sh BUILD_DIR [WORK_DIR]
 #   RUNS=N, LOADS="busy paced", TRACERS_COMPARED="agent procs", BPF=N, MODS=N,
 #   PACE_MS=N, GUARD_NICE=N (the tracers' --guard-nice),
+#   HOLD_DETAIL=1 (ktguard logs each hold; tests/bench/hold_breakdown.py then
+#   joins them with holds.jsonl by id and prints, per domain, where the
+#   slowest holds' time went: before kthost found the notice, kthost's own
+#   part, or after the ack word was stored),
 #   WORD_SLEEPS="0 500" (ktguard's word_sleep_us values to compare, each a
 #   load variant named LOAD-wsN; default: the module's own)
 set -euo pipefail
@@ -54,6 +58,7 @@ PACE_MS=${PACE_MS:-100}
 # GUARD_NICE=N: the tracers' --guard-nice (default: unset, the process's own priority).
 NICE_ARG=${GUARD_NICE:+--guard-nice=$GUARD_NICE}
 WORD_SLEEPS=${WORD_SLEEPS:-}
+HOLD_DETAIL=${HOLD_DETAIL:-0}
 K=$BUILD/host/cli/kthost
 LV=$SRC/vm-images/libvirt/kthost-libvirt.sh
 DOMS="kthost-ab1 kthost-ab2 kthost-ab3"
@@ -91,6 +96,14 @@ workload() {
   [ "$load" = "$1" ] || ws="echo ${1#*-ws} >$P/word_sleep_us && "
   local pre="${ws}echo reset >$P/hold_hist && cat $P/stats >/tmp/stats-before && rm -f /tmp/bpf.json"
   local post="sleep 1 && cat $P/stats >/tmp/stats-after && cat $P/hold_hist >/tmp/hist"
+  # HOLD_DETAIL: each hold in the kernel log, kept off the serial console
+  # (a console line costs ms under TCG).
+  if [ "$HOLD_DETAIL" = 1 ]; then
+    pre="dmesg -n 1 && dmesg -c >/dev/null && echo 1 >$P/verbose && $pre"
+    post="$post && echo 0 >$P/verbose && dmesg >/tmp/holds.dmesg"
+  else
+    pre="echo >/tmp/holds.dmesg && $pre"
+  fi
   if [ "$load" = busy ]; then
     echo "$pre && ktprobe module-cycle --count $MODS --module /lib/kthost-test/dummy.ko --name dummy >/dev/null &&
       ktprobe bpf-stress --count $BPF --kinds socket,xdp,tracepoint,kprobe --out /tmp/b.txt >>/tmp/bpf.json && $post"
@@ -229,7 +242,12 @@ one() {
   stop_tracers "$tag"
   for d in $doms; do
     mkdir -p "$W/guest-$tag-$d"
-    for f in stats-before stats-after hist bpf.json; do g "$d" cat "/tmp/$f" >"$W/guest-$tag-$d/$f"; done
+    for f in stats-before stats-after hist bpf.json holds.dmesg; do g "$d" cat "/tmp/$f" >"$W/guest-$tag-$d/$f"; done
+    if [ "$HOLD_DETAIL" = 1 ]; then
+      echo "  $tag $d:"
+      python3 "$SRC/tests/bench/hold_breakdown.py" "$W/guest-$tag-$d/holds.dmesg" "$W/out-$tag/$d"/*/*/holds.jsonl \
+        --json "$W/guest-$tag-$d/breakdown.json" | sed 's/^/  /' || true
+    fi
   done
   # shellcheck disable=SC2086
   python3 - "$RESULTS" "$run" "$n" "$W/out-$tag" "$W/guest-$tag" "$hz" "$c0" "$c1" "$t0" "$t1" "$load" "$tracer" \
@@ -284,13 +302,15 @@ with open(results, "a") as f:
                "bpf_seconds": round(sum(json.loads(l).get("seconds", 0) for l in open(g + "/bpf.json") if l.strip()), 2),
                "vcpu_wait_pct": round(vcpu_wait, 1) if vcpu_wait is not None else None,
                "hold_thread_wait_us": round(hold_wait_us, 1) if hold_wait_us is not None else None,
-               "word_sleeps": after.get("word_sleeps", 0) - before.get("word_sleeps", 0)}
+               "word_sleeps": after.get("word_sleeps", 0) - before.get("word_sleeps", 0),
+               "late_wakes": after.get("late_wakes", 0) - before.get("late_wakes", 0)}
         f.write(json.dumps(row) + "\n")
         print("  run %s %s %s N=%d %s: host %.0f%% busy, tracer CPU %.1f%% of a core per domain, %d holds (%d missed), hold median %s us p99 %s us, "
-              "kthost part %.0f / %.0f us, BPF stress %.1f s, vCPU waited %s%% of the time, hold threads %s us per run" %
+              "kthost part %.0f / %.0f us, BPF stress %.1f s, vCPU waited %s%% of the time, hold threads %s us per run, "
+              "%d word polls gave up" %
               (run, load, tracer, n, d, host_busy, cpu_per_domain, row["holds"], missed, row["hold_median_us"], row["hold_p99_us"],
                row["host_median_us"] or 0, row["host_p99_us"] or 0, row["bpf_seconds"] or 0, row["vcpu_wait_pct"],
-               row["hold_thread_wait_us"]))
+               row["hold_thread_wait_us"], row["late_wakes"]))
 PY
   rm -rf "$W/out-$tag"  # PT makes bundles large
 }

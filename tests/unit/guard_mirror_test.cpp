@@ -148,5 +148,68 @@ TEST(GuardMirror, SlotsThatChangeBetweenReadsOrAreNotSaneAreNotReturned) {
   EXPECT_EQ(whole_mirror_notices(l, one, b, nullptr).size(), 1u);
 }
 
+// ktguard's pointer to its block, as the guest's symbols and page tables show
+// it: the pointer at kBase + 0x800, the block mapped at kBase + 0x1000.
+constexpr uint64_t kPointerVa = kBase + 0x800, kBlockVa = kBase + 0x1000;
+void map_block_and_point(FakeGuest& g, uint64_t pointer) {
+  g.mem.write_u64(0x103000 + 8, kBlock | 1);  // the PTE of kBase + 0x1000
+  g.mem.write_u64(kTextPhys + 0x800, pointer);
+}
+std::vector<GuestSymbolRecord> ktguard_symbols(const std::string& module = "ktguard") {
+  return {{kBase, 't', "ktg_open", module}, {kPointerVa, 'B', KTGUARD_SHARED_SYMBOL, module}};
+}
+
+TEST(GuardMirror, KtguardsPointerFindsTheBlockBeforeAnyNotice) {
+  FakeGuest g;
+  write_header(g.mem);
+  map_block_and_point(g, kBlockVa);
+  PageWalker walker(g.mem, g.cfg);
+  auto base = shared_block_address(ktguard_symbols(), walker);
+  ASSERT_TRUE(base) << base.error().message;
+  EXPECT_EQ(*base, kBlock);
+  GuardMirror m(g.mem);
+  ASSERT_TRUE(m.locate_block(*base).ok());
+  EXPECT_TRUE(m.located());
+  write_notice(g.mem, 9, 77);
+  auto got = m.poll();
+  ASSERT_TRUE(got) << got.error().message;
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].notice.id, 77u);
+  // The first notice's ack word names the same block: nothing is forgotten.
+  ASSERT_TRUE(m.locate(ack_of(9)).ok());
+  auto again = m.poll();
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->empty());
+}
+
+TEST(GuardMirror, AMissingNullOrWrongPointerIsAnErrorThatSaysWhich) {
+  FakeGuest g;
+  write_header(g.mem);
+  PageWalker walker(g.mem, g.cfg);
+  auto expect_error = [&](const std::vector<GuestSymbolRecord>& syms, const std::string& what) {
+    auto base = shared_block_address(syms, walker);
+    ASSERT_FALSE(base) << what;
+    EXPECT_NE(base.error().message.find(what), std::string::npos) << base.error().message;
+  };
+  expect_error({}, "is not among the guest's symbols");
+  expect_error(ktguard_symbols("other_module"), "is not among the guest's symbols");
+  map_block_and_point(g, 0);
+  expect_error(ktguard_symbols(), "is NULL");
+  map_block_and_point(g, kBase + 0x200000);  // not mapped
+  expect_error(ktguard_symbols(), "points to 0xffffffffc0200000");
+  std::vector<GuestSymbolRecord> unmapped = {{kBase + 0x300000, 'B', KTGUARD_SHARED_SYMBOL, "ktguard"}};
+  expect_error(unmapped, "reading ktguard_shared_block at 0xffffffffc0300000");
+  // A block address must be the block's start, and its header ktguard's.
+  GuardMirror m(g.mem);
+  auto unaligned = m.locate_block(kBlock + 64);
+  ASSERT_FALSE(unaligned.ok());
+  EXPECT_NE(unaligned.error().message.find("not aligned to its size"), std::string::npos) << unaligned.error().message;
+  write_header(g.mem, 0x1122334455667788ull);
+  auto magic = m.locate_block(kBlock);
+  ASSERT_FALSE(magic.ok());
+  EXPECT_NE(magic.error().message.find("is not ktguard's"), std::string::npos) << magic.error().message;
+  EXPECT_FALSE(m.located());
+}
+
 }  // namespace
 }  // namespace kt

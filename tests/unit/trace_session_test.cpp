@@ -53,7 +53,7 @@ class FakeHelper {
     ASSERT_GT(n, 0) << ktp_status_name(static_cast<int>(n));
     ASSERT_TRUE(write_all(conn_.get(), buf.data(), static_cast<size_t>(n), 2s));
   }
-  void hello_and_state_dump() {
+  void hello_and_state_dump(const std::vector<ktp_symbol>& more_symbols = {}) {
     ktp_hello h{};
     h.cpu_count = 1;
     h.clock = {0, 1u << 10, 10, 1};
@@ -62,8 +62,9 @@ class FakeHelper {
     send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_hello(b, c, s, &h); });
     ktp_state_begin begin{10, KTP_STATE_START, 1, 0, 0};
     send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_state_begin(b, c, s, &begin); });
-    ktp_symbol sym{kBase, 't', {"fake_func", 9}, {"fake", 4}};
-    ktp_state_symbols syms{1, &sym};
+    std::vector<ktp_symbol> sym{{kBase, 't', {"fake_func", 9}, {"fake", 4}}};
+    sym.insert(sym.end(), more_symbols.begin(), more_symbols.end());
+    ktp_state_symbols syms{static_cast<uint32_t>(sym.size()), sym.data()};
     send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_state_symbols(b, c, s, &syms); });
     uint32_t cpu0 = 0;
     ktp_cpus cpus{1, &cpu0};
@@ -205,13 +206,8 @@ TEST_F(TraceSessionTest, AHoldIsAnsweredWithoutTheMainThreadAndItsTextReachesThe
 // is, a hold that waits in its mirror is saved and its ack word stored with
 // no notice through the channel at all; when that notice comes, it is only
 // acked, and the hold is counted once.
-TEST_F(TraceSessionTest, AHoldInKtguardsMirrorIsAnsweredBeforeItsNoticeArrives) {
-  auto session = open();
-  ASSERT_TRUE(session);
-  ASSERT_TRUE(helper_->wait_for(KTP_HOST_HELLO, 2s));
-  helper_->hello_and_state_dump();
-  ASSERT_TRUE(session->wait_ready(5s)) << session->end_reason();
-  constexpr uint64_t kBlock = 0x340000, kAck0 = kBlock + 64;
+// ktguard's shared block with 4 slots at `base`, as guard_chan.c writes it.
+ktguard_shared_header write_guard_block(BufferMemory& memory, uint64_t base) {
   ktguard_shared_header h{};
   h.magic = KTGUARD_SHARED_MAGIC;
   h.version = KTGUARD_SHARED_VERSION;
@@ -220,7 +216,18 @@ TEST_F(TraceSessionTest, AHoldInKtguardsMirrorIsAnsweredBeforeItsNoticeArrives) 
   h.notice_offset = 64 + 8 * 4;
   h.notice_size = KTGUARD_NOTICE_SIZE;
   h.seq = 1;
-  memory_->write(kBlock, &h, sizeof h);
+  memory.write(base, &h, sizeof h);
+  return h;
+}
+
+TEST_F(TraceSessionTest, AHoldInKtguardsMirrorIsAnsweredBeforeItsNoticeArrives) {
+  auto session = open();
+  ASSERT_TRUE(session);
+  ASSERT_TRUE(helper_->wait_for(KTP_HOST_HELLO, 2s));
+  helper_->hello_and_state_dump();
+  ASSERT_TRUE(session->wait_ready(5s)) << session->end_reason();
+  constexpr uint64_t kBlock = 0x340000, kAck0 = kBlock + 64;
+  const ktguard_shared_header h = write_guard_block(*memory_, kBlock);
   ktguard_notice waiting{10, kBase + 128, kBase + 256, 1, 0, 40, kAck0 + 8};  // slot 1
   memory_->write(kBlock + h.notice_offset + KTGUARD_NOTICE_SIZE, &waiting, sizeof waiting);
   // Hold 9 comes through the channel, as the first of a session does.
@@ -258,6 +265,38 @@ TEST_F(TraceSessionTest, AHoldInKtguardsMirrorIsAnsweredBeforeItsNoticeArrives) 
       EXPECT_EQ(r.bytes[0], static_cast<uint8_t>(128 * 13 + 1));
     }
   EXPECT_EQ(polled_copies, 1u);
+}
+
+// ktguard's pointer to its block (KTGUARD_SHARED_SYMBOL) is among the guest's
+// symbols: the session finds the mirror from it, and the first hold of the
+// session, which never comes through the channel, is answered by its word.
+TEST_F(TraceSessionTest, TheFirstHoldIsAnsweredFromTheMirrorFoundByKtguardsSymbol) {
+  auto session = open();
+  ASSERT_TRUE(session);
+  ASSERT_TRUE(helper_->wait_for(KTP_HOST_HELLO, 2s));
+  constexpr uint64_t kBlock = 0x340000, kAck0 = kBlock + 64, kPointer = kBase + 0x800, kBlockVa = kBase + 0x1000;
+  const ktguard_shared_header h = write_guard_block(*memory_, kBlock);
+  memory_->write_u64(0x103000 + 8, kBlock | 1);  // the PTE that maps kBlockVa
+  memory_->write_u64(kTextPhys + 0x800, kBlockVa);
+  const char name[] = KTGUARD_SHARED_SYMBOL;
+  helper_->hello_and_state_dump({{kPointer, 'B', {name, sizeof name - 1}, {"ktguard", 7}}});
+  ktp_guard_state on{21, KTP_GUARD_ON, {"", 0}};
+  helper_->send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_guard_state(b, c, s, &on); });
+  ASSERT_TRUE(session->wait_ready(5s)) << session->end_reason();
+  for (int i = 0; i < 3; ++i) session->step(20ms);  // the guard state is taken up
+  ktguard_notice waiting{1, kBase + 128, kBase + 256, 1, 0, 40, kAck0 + 16};  // slot 2
+  memory_->write(kBlock + h.notice_offset + 2 * KTGUARD_NOTICE_SIZE, &waiting, sizeof waiting);
+  memory_->write_u64(kBlock + offsetof(ktguard_shared_header, seq), 2);
+  uint64_t word = 0;
+  for (int i = 0; i < 300 && word != 1; ++i) {
+    session->step(10ms);
+    ASSERT_TRUE(memory_->read(kAck0 + 16, &word, 8));
+  }
+  EXPECT_EQ(word, 1u) << "the session's first hold was not answered from the mirror";
+  auto sum = session->finish("test done");
+  ASSERT_TRUE(sum) << sum.error().message;
+  EXPECT_EQ(sum->holds.holds, 1u);
+  EXPECT_EQ(sum->holds.polled, 1u);
 }
 
 // A guest whose ktguard cannot be opened says so (GUARD_STATE absent): the

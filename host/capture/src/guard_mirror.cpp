@@ -98,6 +98,34 @@ Status GuardMirror::locate(uint64_t ack_addr) {
   return ok_status();
 }
 
+Status GuardMirror::locate_block(uint64_t base) {
+  if (base % KTGUARD_SHARED_SIZE) return bad(base, "not aligned to its size");
+  if (located_ && layout_.base == base) return ok_status();
+  forget();
+  uint8_t header[sizeof(ktguard_shared_header)];
+  KT_TRY(memory_.read(base, header, sizeof header));
+  KT_ASSIGN_OR_RETURN(layout_, parse_guard_mirror_header(header, sizeof header, base));
+  located_ = true;
+  return ok_status();
+}
+
+Result<uint64_t> shared_block_address(const std::vector<GuestSymbolRecord>& symbols, PageWalker& walker) {
+  const GuestSymbolRecord* sym = nullptr;
+  for (const auto& s : symbols)
+    if (s.name == KTGUARD_SHARED_SYMBOL && s.module == "ktguard") sym = &s;
+  if (!sym)
+    return Error(ErrorCode::NotPresent, std::string("ktguard's ") + KTGUARD_SHARED_SYMBOL +
+                                            " is not among the guest's symbols (ktguard not loaded, or older)");
+  uint64_t pointer = 0;
+  if (auto read = walker.read_virtual(sym->addr, &pointer, sizeof pointer); !read)
+    return read.error().with_context(std::string("reading ") + KTGUARD_SHARED_SYMBOL + " at " + hex(sym->addr));
+  if (!pointer)
+    return Error(ErrorCode::NotPresent, std::string(KTGUARD_SHARED_SYMBOL) + " is NULL: ktguard has no block");
+  auto gpa = walker.virt_to_phys(pointer);
+  if (!gpa) return gpa.error().with_context(std::string(KTGUARD_SHARED_SYMBOL) + " points to " + hex(pointer));
+  return *gpa;
+}
+
 void GuardMirror::answered(uint64_t id) {
   returned_.insert(id);
   while (returned_.size() > kMaxReturned) returned_.erase(returned_.begin());

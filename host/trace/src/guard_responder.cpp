@@ -12,7 +12,8 @@ nlohmann::json hold_json(const HoldRecord& h) {
   nlohmann::json j = {{"id", h.id},           {"kind", h.kind},         {"cpu", h.cpu},
                       {"start", hex(h.start)}, {"end", hex(h.end)},     {"bytes", h.end - h.start},
                       {"guest_time", h.guest_time}, {"status", h.status}, {"copy_us", h.copy_us},
-                      {"host_us", h.host_us},  {"word_acked", h.word_acked}, {"polled", h.polled}};
+                      {"host_us", h.host_us},  {"seen_ns", h.seen_ns}, {"word_acked", h.word_acked},
+                      {"polled", h.polled}};
   if (!h.error.empty()) j["error"] = h.error;
   if (!h.word_error.empty()) j["word_error"] = h.word_error;
   return j;
@@ -80,6 +81,7 @@ HoldRecord GuardResponder::answer_polled(const SidebandEvent& ev, const GuardNot
 }
 
 void GuardResponder::record(HoldRecord& h, std::chrono::steady_clock::time_point t0) {
+  h.seen_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count());
   h.host_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   if (!h.word_error.empty() && !word_error_shown_) {
     word_error_shown_ = true;

@@ -109,6 +109,8 @@ struct TraceSession::State {
   std::thread mirror_thread;
   std::atomic<bool> mirror_stop{false};
   bool mirror_error_shown = false;  // under saver_mu
+  // The state dump the mirror was last looked for in by symbol (main thread).
+  const GuestState* mirror_looked_up_in = nullptr;
   std::atomic<bool> nice_error_shown{false};
   // Last, so that it is destroyed first: its thread uses the members above.
   std::unique_ptr<SidebandReader> reader;
@@ -160,6 +162,7 @@ struct TraceSession::State {
     if (guard) guard->answer(ev, n, ack);
   }
   void handle_batches(std::vector<SidebandBatch> batches);
+  void find_mirror_by_symbol();
   void on_guard_state(const GuardStateEvent& g);
   void on_guard_hooks(const GuardHooksEvent& g);
   void handle(const SidebandEvent& ev, uint64_t received_tsc);
@@ -173,7 +176,23 @@ void TraceSession::State::handle_batches(std::vector<SidebandBatch> batches) {
     for (const auto& ev : b.events) handle(ev, b.received_tsc);
     log.append(std::move(b.events));
   }
+  find_mirror_by_symbol();
   store_pending_texts();
+}
+
+// Once per state dump (and guard session) while the mirror is not known: its
+// address from ktguard's pointer, so that the first hold already ends on its
+// ack word. Without it (an older ktguard) the first notice's ack word finds it.
+void TraceSession::State::find_mirror_by_symbol() {
+  if (!mirror || guest_guard != "on" || !view.state || !view.state->complete ||
+      view.state.get() == mirror_looked_up_in)
+    return;
+  mirror_looked_up_in = view.state.get();
+  std::lock_guard<std::mutex> lock(saver_mu);
+  if (mirror->located()) return;
+  auto base = shared_block_address(view.state->symbols, *walker);
+  Status st = base ? mirror->locate_block(*base) : Status(base.error());
+  if (!st) notice("ktguard's notice mirror not found by symbol (" + st.error().message + "): the first notice finds it");
 }
 
 void TraceSession::State::handle(const SidebandEvent& ev, uint64_t received_tsc) {
@@ -207,6 +226,7 @@ void TraceSession::State::on_guard_state(const GuardStateEvent& g) {
     saver->set_guard(on);
     // A new guard session: ktguard may have been reloaded (a new block, ids from 1).
     if (mirror) mirror->forget();
+    mirror_looked_up_in = nullptr;
     if (guard) guard->forget_polled();
   }
   if (!on) notice("the guest's guard is " + now + ": unloaded text is copied best effort, and what is gone is counted");

@@ -3,8 +3,9 @@
 // while it waits, so the host can poll for holds instead of waiting for each
 // notice to come through ktguest and the channel: the hold then ends as soon
 // as the host has saved the range and stored the ack word, with no work in
-// the guest. The block is found from any notice's ack word address (rounded
-// down to KTGUARD_SHARED_SIZE); everything read from it is untrusted.
+// the guest. The block is found from ktguard's pointer to it (by symbol, once
+// the guest's symbols are known) or from any notice's ack word address
+// (rounded down to KTGUARD_SHARED_SIZE); everything read from it is untrusted.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 
 #include "kthost/common/result.h"
 #include "kthost/introspect/guest_memory.h"
+#include "kthost/introspect/page_walker.h"
 #include "kthost/sideband/events.h"
 
 namespace kt {
@@ -43,6 +45,13 @@ struct MirrorNotice {
 std::vector<MirrorNotice> whole_mirror_notices(const GuardMirrorLayout& layout, const std::vector<uint8_t>& first,
                                                const std::vector<uint8_t>& second, uint64_t* rejected);
 
+// The block's guest-physical address before any notice names it: ktguard's
+// KTGUARD_SHARED_SYMBOL pointer, found in the guest's symbols (module
+// "ktguard") and read through the guest's page tables. Errors: no such symbol
+// (ktguard is not loaded, or older), a NULL pointer (ktguard has no block),
+// an address that does not translate.
+Result<uint64_t> shared_block_address(const std::vector<GuestSymbolRecord>& symbols, PageWalker& walker);
+
 struct GuardMirrorStats {
   uint64_t polls = 0, table_reads = 0, notices = 0, rejected = 0;
 };
@@ -55,6 +64,9 @@ class GuardMirror {
   // already known; an error (the block stays unknown) when its header is not
   // ktguard's.
   Status locate(uint64_t ack_addr);
+  // Takes the block at `base` (guest-physical, as shared_block_address finds
+  // it), once its header reads as ktguard's.
+  Status locate_block(uint64_t base);
   bool located() const { return located_; }
   // A new guard session (ktguard may have been reloaded): find it again.
   void forget();

@@ -41,6 +41,7 @@ struct HoldRecord {
   uint32_t status = 0;      // the ack: enum ktp_hold_status (KTP_HOLD_SAVED, KTP_HOLD_NOT_SAVED)
   double copy_us = 0;       // reading guest RAM and storing
   double host_us = 0;       // notice decoded -> ack written
+  uint64_t seen_ns = 0;     // host CLOCK_MONOTONIC when kthost took the notice up (joins with the guest's clock)
   bool word_acked = false;  // the ack word in guest RAM was stored
   bool polled = false;      // found in ktguard's mirror in guest RAM, before its channel notice
   std::string error;        // why it could not be saved
