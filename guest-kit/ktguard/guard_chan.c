@@ -35,6 +35,7 @@ struct ktg_slot {
 	int outcome; /* enum ktg_outcome; read without the lock by spinners */
 	struct ktguard_notice notice;
 	wait_queue_head_t wq; /* its holder sleeps here: an ack wakes only it */
+	bool late_wake; /* its word poll gave up and woke the reader (for the verbose log) */
 };
 
 static DEFINE_SPINLOCK(ktg_lock); /* guards slots, ktg_reader_open, ktg_next_id */
@@ -205,6 +206,7 @@ static struct ktg_slot *ktg_try_queue(unsigned long start, unsigned long end, u3
 	slot->state = SLOT_QUEUED;
 	WRITE_ONCE(ktg_queued, ktg_queued + 1);
 	WRITE_ONCE(slot->outcome, OUT_WAITING);
+	slot->late_wake = false;
 	slot->notice.id = ktg_next_id++;
 	slot->notice.start = start;
 	slot->notice.end = end;
@@ -302,6 +304,7 @@ static int ktg_wait(struct ktg_slot *slot, enum ktg_hold_method method, bool pol
 			/* The notice was queued without waking the reader: the
 			 * channel takes over now. */
 			if (!ktg_ended(slot)) {
+				slot->late_wake = true;
 				atomic64_inc(&ktg_stats.late_wakes);
 				WRITE_ONCE(ktg_words_live, false);
 				wake_up_interruptible(&ktg_reader_wq);
@@ -404,9 +407,10 @@ void ktg_guard(unsigned long start, unsigned long end, u32 kind, enum ktg_hold_m
 		break;
 	}
 	if (READ_ONCE(ktg_verbose))
-		pr_info("ktguard: notice %llu [%#lx, %#lx) kind %u %s: outcome %d after %llu us\n",
+		pr_info("ktguard: notice %llu [%#lx, %#lx) kind %u %s: outcome %d after %llu us%s\n",
 			slot->notice.id, start, end, kind, method == KTG_HOLD_SLEEP ? "sleep" : "spin",
-			outcome, (local_clock() - t0) / 1000);
+			outcome, (local_clock() - t0) / 1000,
+			slot->late_wake ? " (word poll gave up)" : "");
 	ktg_release(slot);
 }
 

@@ -27,7 +27,8 @@ import re
 import statistics
 import sys
 
-LINE = re.compile(r"^\[\s*(\d+)\.(\d+)\] ktguard: notice (\d+) \[[^)]*\) kind (\d+) (\w+): outcome (-?\d+) after (\d+) us")
+LINE = re.compile(r"^\[\s*(\d+)\.(\d+)\] ktguard: notice (\d+) \[[^)]*\) kind (\d+) (\w+): outcome (-?\d+) after (\d+) us"
+                  r"( \(word poll gave up\))?")
 NEIGHBOURS = 50
 
 
@@ -39,7 +40,7 @@ def guest_holds(path):
             m = LINE.match(line)
             if m:
                 end_ns = int(m.group(1)) * 1_000_000_000 + int(m.group(2).ljust(9, "0")[:9])
-                out[int(m.group(3))] = (end_ns, int(m.group(7)), m.group(5))
+                out[int(m.group(3))] = (end_ns, int(m.group(7)), m.group(5) + (", poll gave up" if m.group(8) else ""))
     return out
 
 
@@ -73,7 +74,8 @@ def breakdown(guest, host):
         _, hold_us, method = guest[i]
         rows.append({"id": i, "hold_us": hold_us, "found_us": round(found_us, 1), "host_us": round(host_us, 1),
                      "guest_us": round(max(0.0, hold_us - found_us - host_us), 1), "method": method,
-                     "polled": bool(host[i].get("polled"))})
+                     "polled": bool(host[i].get("polled")), "poll_sleep_us": host[i].get("poll_sleep_us", 0),
+                     "poll_lock_us": host[i].get("poll_lock_us", 0)})
     return rows
 
 
@@ -102,7 +104,13 @@ def main(argv):
     for r in slow:
         print("    id %-6d hold %6d us: found %7.0f  host %5.0f  guest %7.0f  (%s%s)" % (
             r["id"], r["hold_us"], r["found_us"], r["host_us"], r["guest_us"], r["method"],
-            ", polled" if r["polled"] else ", channel"))
+            ", polled after a %.0f us sleep and %.0f us for the lock" % (r["poll_sleep_us"], r["poll_lock_us"])
+            if r["polled"] else ", channel"))
+    gave_up = [r for r in rows if "gave up" in r["method"]]
+    if gave_up:
+        print("  %d word polls gave up (the reader was woken after word_spin_us): found %s us, host %s us" % (
+            len(gave_up), " ".join("%.0f" % r["found_us"] for r in gave_up[:20]),
+            " ".join("%.0f" % r["host_us"] for r in gave_up[:20])))
     if out_json:
         with open(out_json, "w") as f:
             json.dump(rows, f)

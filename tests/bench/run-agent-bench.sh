@@ -14,7 +14,9 @@
 # (busy) or in steps of 5 programs and a cycle with PACE_MS between (paced).
 # Measured over the workload:
 #   host        the whole machine's busy share (/proc/stat): 2 cores here,
-#               so 3 TCG vCPUs that each want a core oversubscribe it;
+#               so 3 TCG vCPUs that each want a core oversubscribe it; and
+#               its steal share (a machine that is itself a VM loses its
+#               CPUs to its hypervisor meanwhile: no thread of it runs);
 #   CPU         utime + stime of the tracer process(es) (/proc/PID/stat)
 #               over the workload's wall time, divided by N: % of one core
 #               per domain;
@@ -38,7 +40,9 @@
 #
 # usage: tests/bench/run-agent-bench.sh BUILD_DIR [WORK_DIR]
 #   RUNS=N, LOADS="busy paced", TRACERS_COMPARED="agent procs", BPF=N, MODS=N,
-#   PACE_MS=N, GUARD_NICE=N (the tracers' --guard-nice),
+#   PACE_MS=N, GUARD_NICE=N (the tracers' --guard-nice), GUARD_RT=P (their
+#   --guard-rt: the hold threads' SCHED_FIFO priority, 0 for normal
+#   scheduling; default: kthost's own, 1),
 #   HOLD_DETAIL=1 (ktguard logs each hold; tests/bench/hold_breakdown.py then
 #   joins them with holds.jsonl by id and prints, per domain, where the
 #   slowest holds' time went: before kthost found the notice, kthost's own
@@ -56,7 +60,7 @@ LOADS=${LOADS:-busy}
 TRACERS_COMPARED=${TRACERS_COMPARED:-agent procs}
 PACE_MS=${PACE_MS:-100}
 # GUARD_NICE=N: the tracers' --guard-nice (default: unset, the process's own priority).
-NICE_ARG=${GUARD_NICE:+--guard-nice=$GUARD_NICE}
+NICE_ARG="${GUARD_NICE:+--guard-nice=$GUARD_NICE} ${GUARD_RT:+--guard-rt=$GUARD_RT}"
 WORD_SLEEPS=${WORD_SLEEPS:-}
 HOLD_DETAIL=${HOLD_DETAIL:-0}
 K=$BUILD/host/cli/kthost
@@ -174,7 +178,7 @@ stop_tracers() {
 }
 tracer_ticks() { local p t=0; for p in $TRACERS; do t=$((t + $(cpu_ticks "$p"))); done; echo $t; }
 # Busy and total jiffies of the whole host (/proc/stat's cpu line).
-host_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
+host_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $9 }' /proc/stat; }
 
 # sched_snapshot FILE DOMAIN...: schedstat of each domain's vCPU threads and
 # of the tracers' hold-answering threads, as JSON {"vcpu": {domain: [run_delay_ns,
@@ -259,8 +263,9 @@ sched0, sched1 = json.load(open(sched0)), json.load(open(sched1))
 n, hz = int(n), float(hz)
 wall = float(t1) - float(t0)
 cpu_per_domain = (int(c1) - int(c0)) / hz / wall / n * 100
-b0, a0, b1, a1 = map(int, host.split())
+b0, a0, s0, b1, a1, s1 = map(int, host.split())
 host_busy = 100.0 * (b1 - b0) / max(1, a1 - a0)
+host_steal = 100.0 * (s1 - s0) / max(1, a1 - a0)
 
 def pct(values, p):
     values = sorted(values)
@@ -295,7 +300,8 @@ with open(results, "a") as f:
             host_us += [json.loads(l)["host_us"] for l in open(h) if l.strip()]
         before, after = stats(g + "/stats-before"), stats(g + "/stats-after")
         missed = sum(after.get(k, 0) - before.get(k, 0) for k in ("timeouts", "reader_gone", "overflows"))
-        row = {"run": int(run), "load": load, "tracer": tracer, "n": n, "host_busy_pct": round(host_busy, 1), "domain": d, "agent_cpu_pct_per_domain": round(cpu_per_domain, 2),
+        row = {"run": int(run), "load": load, "tracer": tracer, "n": n, "host_busy_pct": round(host_busy, 1),
+               "host_steal_pct": round(host_steal, 1), "domain": d, "agent_cpu_pct_per_domain": round(cpu_per_domain, 2),
                "wall_s": round(wall, 2), "holds": len(host_us), "missed_holds": missed,
                "hold_median_us": hist_pct(g + "/hist", 50), "hold_p99_us": hist_pct(g + "/hist", 99),
                "host_median_us": pct(host_us, 50), "host_p99_us": pct(host_us, 99),
@@ -305,10 +311,10 @@ with open(results, "a") as f:
                "word_sleeps": after.get("word_sleeps", 0) - before.get("word_sleeps", 0),
                "late_wakes": after.get("late_wakes", 0) - before.get("late_wakes", 0)}
         f.write(json.dumps(row) + "\n")
-        print("  run %s %s %s N=%d %s: host %.0f%% busy, tracer CPU %.1f%% of a core per domain, %d holds (%d missed), hold median %s us p99 %s us, "
+        print("  run %s %s %s N=%d %s: host %.0f%% busy (%.1f%% stolen), tracer CPU %.1f%% of a core per domain, %d holds (%d missed), hold median %s us p99 %s us, "
               "kthost part %.0f / %.0f us, BPF stress %.1f s, vCPU waited %s%% of the time, hold threads %s us per run, "
               "%d word polls gave up" %
-              (run, load, tracer, n, d, host_busy, cpu_per_domain, row["holds"], missed, row["hold_median_us"], row["hold_p99_us"],
+              (run, load, tracer, n, d, host_busy, host_steal, cpu_per_domain, row["holds"], missed, row["hold_median_us"], row["hold_p99_us"],
                row["host_median_us"] or 0, row["host_p99_us"] or 0, row["bpf_seconds"] or 0, row["vcpu_wait_pct"],
                row["hold_thread_wait_us"], row["late_wakes"]))
 PY
@@ -358,8 +364,10 @@ for load in dict.fromkeys(r["load"] for r in all_rows):
         cpu = [next(r["agent_cpu_pct_per_domain"] for r in rows if r["n"] == n and r["run"] == x) for x in runs]
         w = lambda k: [worst(rows, n, k, x) for x in runs]
         wait = [max(r.get("vcpu_wait_pct") or 0 for r in rows if r["n"] == n and r["run"] == x) for x in runs]
-        print("  N=%d  CPU per domain %s %%   hold p99 %s us   kthost p99 %s us   missed %s   vCPU waited %s %%" % (
-            n, mmm(cpu, "%.1f"), mmm(w("hold_p99_us")), mmm(w("host_p99_us")), mmm(w("missed_holds")), mmm(wait, "%.1f")))
+        steal = [max(r.get("host_steal_pct") or 0 for r in rows if r["n"] == n and r["run"] == x) for x in runs]
+        print("  N=%d  CPU per domain %s %%   hold p99 %s us   kthost p99 %s us   missed %s   vCPU waited %s %%   stolen %s %%" % (
+            n, mmm(cpu, "%.1f"), mmm(w("hold_p99_us")), mmm(w("host_p99_us")), mmm(w("missed_holds")), mmm(wait, "%.1f"),
+            mmm(steal, "%.1f")))
     for k, label in (("hold_p99_us", "guest's hold p99"), ("host_p99_us", "kthost's part p99"),
                      ("bpf_seconds", "guest's BPF stress")):
         v = [worst(rows, 3, k, x) / worst(rows, 1, k, x) for x in runs]

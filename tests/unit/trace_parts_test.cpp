@@ -2,6 +2,8 @@
 // (copy, ack word, channel ack, holds.jsonl), the TSC offset estimator, the
 // loss counters, option parsing, thread setup, the default bundle name, the summary line.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -51,7 +53,12 @@ TEST(GuardResponder, SavesStoresTheWordAcksAndLogsEachHold) {
   ASSERT_EQ(saved[0].bytes.size(), 64u);
   EXPECT_EQ(saved[0].bytes[0], static_cast<uint8_t>(16 * 13 + 1));  // the guest's own byte at +16
   EXPECT_EQ(r->totals().holds, 1u);
+  // Answering does not write the file: the line waits for the caller's writer.
+  auto before = read_file(holds);
+  ASSERT_TRUE(before);
+  EXPECT_TRUE(before->empty()) << *before;
   r->flush();
+  EXPECT_TRUE(r->take_lines().empty());
   auto text = read_file(holds);
   ASSERT_TRUE(text);
   auto line = nlohmann::json::parse(*text);
@@ -201,6 +208,7 @@ TEST(TraceOptions, ParsedWithEachBadValueNamed) {
   EXPECT_EQ(o->pt, PtChoice::Auto);
   EXPECT_TRUE(o->guard);
   EXPECT_TRUE(o->ack_word);
+  EXPECT_EQ(o->guard_rt, 1);
   w.pt = "hardware";
   w.pt_psb = "3";
   w.pt_mtc = "off";
@@ -223,6 +231,15 @@ TEST(TraceOptions, ParsedWithEachBadValueNamed) {
   w.pt.reset();
   w.backend = "xp";
   EXPECT_TRUE(parse_trace_options(w));  // parsed; TraceSession::open refuses it as too slow
+  w.guard_rt = "0";
+  o = parse_trace_options(w);
+  ASSERT_TRUE(o) << o.error().message;
+  EXPECT_EQ(o->guard_rt, 0);
+  w.guard_rt = "100";
+  o = parse_trace_options(w);
+  ASSERT_FALSE(o);
+  EXPECT_NE(o.error().message.find("--guard-rt takes 0..99, not \"100\""), std::string::npos) << o.error().message;
+  w.guard_rt.reset();
   EXPECT_FALSE(parse_trace_options(w)->guard_nice);
   for (const char* good : {"-20", "0", "19", "-5"}) {
     w.guard_nice = good;
@@ -254,6 +271,30 @@ TEST(ThreadSetup, NamesAndNicesOnlyTheCallingThread) {
   EXPECT_EQ(seen_nice, process_nice + 3);
   EXPECT_EQ(seen_name, "kt-test-thread-");  // the kernel keeps 15 characters
   EXPECT_EQ(getpriority(PRIO_PROCESS, 0), process_nice);  // this thread's is unchanged
+}
+
+// Root may run a thread under SCHED_FIFO; anyone else gets an error that
+// names the priority. Either way only the calling thread changes.
+TEST(ThreadSetup, RealTimeOnlyForTheCallingThreadOrAnErrorNamingThePriority) {
+  int seen_policy = -1, seen_priority = -1;
+  Status st = ok_status();
+  std::thread t([&] {
+    st = set_this_thread_fifo(1);
+    sched_param p{};
+    pthread_getschedparam(pthread_self(), &seen_policy, &p);
+    seen_priority = p.sched_priority;
+  });
+  t.join();
+  if (geteuid() == 0) {
+    ASSERT_TRUE(st) << st.error().message;
+    EXPECT_EQ(seen_policy, SCHED_FIFO);
+    EXPECT_EQ(seen_priority, 1);
+  } else {
+    ASSERT_FALSE(st);
+    EXPECT_NE(st.error().message.find("SCHED_FIFO at priority 1"), std::string::npos) << st.error().message;
+    EXPECT_EQ(seen_policy, SCHED_OTHER);
+  }
+  EXPECT_EQ(sched_getscheduler(0), SCHED_OTHER);  // this thread's is unchanged
 }
 
 TEST(TraceOptions, DefaultBundleNameIsSafeAndDated) {

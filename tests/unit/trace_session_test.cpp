@@ -130,6 +130,7 @@ class TraceSessionTest : public ::testing::Test {
     TraceParts parts;
     parts.memory = std::move(mem);
     parts.layout.paging = kFakePaging;
+    parts.layout.text_start = kBase;
     parts.layout.ranges = {TextRange{kBase, kBase + 4096, TextKind::Module, "fake"}};
     parts.channel_path = (dir_ / "kthost0.sock").string();
     TraceTarget target;
@@ -297,6 +298,49 @@ TEST_F(TraceSessionTest, TheFirstHoldIsAnsweredFromTheMirrorFoundByKtguardsSymbo
   ASSERT_TRUE(sum) << sum.error().message;
   EXPECT_EQ(sum->holds.holds, 1u);
   EXPECT_EQ(sum->holds.polled, 1u);
+}
+
+// The session began on page tables that a process owned (vCPU 0's at the
+// time). Once the guest's symbols are in it walks the kernel's own
+// (init_top_pgt): a hold's range is still copied after the process's top
+// table is gone.
+TEST_F(TraceSessionTest, CopiesWalkTheKernelsOwnPageTablesOnceItsSymbolsAreIn) {
+  auto session = open();
+  ASSERT_TRUE(session);
+  ASSERT_TRUE(helper_->wait_for(KTP_HOST_HELLO, 2s));
+  constexpr uint64_t kOldRoot = 0x100000, kKernelRoot = 0x110000, kData = 0x120000;
+  const uint64_t top = ((kBase >> 39) & 511) * 8;
+  uint64_t entry = 0;
+  ASSERT_TRUE(memory_->read(kOldRoot + top, &entry, 8));
+  memory_->write_u64(kKernelRoot + top, entry);       // the kernel's top table maps the same
+  memory_->write_u64(0x103000 + 8, kKernelRoot | 1);  // init_top_pgt at kBase + 0x1000
+  memory_->write_u64(0x103000 + 16, kData | 1);       // kBase + 0x2000: data a hold frees
+  for (uint64_t i = 0; i < 64; ++i) memory_->write_u64(kData + 8 * i, 0x1111111111111111ull * (i % 15 + 1));
+  helper_->hello_and_state_dump({{kBase + 0x1000, 'D', {"init_top_pgt", 12}, {"", 0}}});
+  ASSERT_TRUE(session->wait_ready(5s)) << session->end_reason();
+  for (int i = 0; i < 3; ++i) session->step(20ms);
+  memory_->write_u64(kOldRoot + top, 0);  // the process exits: its top table is cleared
+  ktp_guard_notice n{30, 0, 9, kBase + 0x2000, kBase + 0x2040, 1, kAckWord};
+  helper_->send([&](uint8_t* b, size_t c, uint64_t s) { return ktp_encode_guard_notice(b, c, s, &n); });
+  auto ack = helper_->wait_for(KTP_GUARD_ACK, 3s);
+  ASSERT_TRUE(ack);
+  ktp_guard_ack a{};
+  const ktp_frame af = frame_of(*ack);
+  ASSERT_EQ(ktp_parse_guard_ack(&af, &a), KTP_OK);
+  EXPECT_EQ(a.status, static_cast<uint32_t>(KTP_HOLD_SAVED)) << "the range was walked through the old tables";
+  auto sum = session->finish("test done");
+  ASSERT_TRUE(sum) << sum.error().message;
+  auto bundle = read_bundle((dir_ / "bundle").string());
+  ASSERT_TRUE(bundle) << bundle.error().message;
+  bool found = false;
+  for (const auto& r : bundle->text.records)
+    if (r.source == TextSource::Guard && r.id == 9) {
+      found = true;
+      ASSERT_EQ(r.bytes.size(), 64u);
+      EXPECT_EQ(r.bytes[0], 0x11);
+      EXPECT_EQ(r.bytes[8], 0x22);
+    }
+  EXPECT_TRUE(found);
 }
 
 // A guest whose ktguard cannot be opened says so (GUARD_STATE absent): the

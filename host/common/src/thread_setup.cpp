@@ -1,6 +1,7 @@
 #include "kthost/common/thread_setup.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -17,6 +18,14 @@ Status set_this_thread_nice(int nice) {
   const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
   if (::setpriority(PRIO_PROCESS, tid, nice) != 0)
     return io_error("set this thread's nice value to " + std::to_string(nice), errno);
+  return ok_status();
+}
+
+Status set_this_thread_fifo(int priority) {
+  sched_param p{};
+  p.sched_priority = priority;
+  if (int err = pthread_setschedparam(pthread_self(), SCHED_FIFO, &p); err != 0)
+    return io_error("run this thread under SCHED_FIFO at priority " + std::to_string(priority), err);
   return ok_status();
 }
 

@@ -253,6 +253,11 @@ void PageWalker::flush_cache() {
   for (CacheEntry& c : cache_) c = CacheEntry{kEmptyTag, 0};
 }
 
+void PageWalker::set_root(uint64_t root) {
+  cfg_.root = root & ~(kPageSize - 1);
+  flush_cache();
+}
+
 Status PageWalker::for_each_mapping(uint64_t start, uint64_t end,
                                     const std::function<bool(const Translation&)>& fn,
                                     size_t max_tables) const {

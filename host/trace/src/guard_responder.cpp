@@ -14,6 +14,10 @@ nlohmann::json hold_json(const HoldRecord& h) {
                       {"guest_time", h.guest_time}, {"status", h.status}, {"copy_us", h.copy_us},
                       {"host_us", h.host_us},  {"seen_ns", h.seen_ns}, {"word_acked", h.word_acked},
                       {"polled", h.polled}};
+  if (h.polled) {
+    j["poll_sleep_us"] = h.poll_sleep_us;
+    j["poll_lock_us"] = h.poll_lock_us;
+  }
   if (!h.error.empty()) j["error"] = h.error;
   if (!h.word_error.empty()) j["word_error"] = h.word_error;
   return j;
@@ -36,7 +40,8 @@ GuardResponder::GuardResponder(GuardResponder&& o) noexcept
       notice_(std::move(o.notice_)),
       word_error_shown_(o.word_error_shown_),
       totals_(o.totals_),
-      polled_(std::move(o.polled_)) {}
+      polled_(std::move(o.polled_)),
+      pending_(std::move(o.pending_)) {}
 
 GuardResponder::~GuardResponder() {
   if (holds_) std::fclose(holds_);
@@ -44,6 +49,9 @@ GuardResponder::~GuardResponder() {
 
 namespace {
 constexpr size_t kMaxPolled = 4096;
+// About 50k holds' lines; the main thread takes them every step (at most
+// 200 ms apart), so this is only reached when it is stuck.
+constexpr size_t kMaxPendingBytes = 16u << 20;
 }
 
 HoldRecord GuardResponder::answer(const SidebandEvent& ev, const GuardNoticeEvent& notice, const AckSender& send_ack) {
@@ -69,10 +77,12 @@ HoldRecord GuardResponder::answer(const SidebandEvent& ev, const GuardNoticeEven
   return h;
 }
 
-HoldRecord GuardResponder::answer_polled(const SidebandEvent& ev, const GuardNoticeEvent& notice) {
+HoldRecord GuardResponder::answer_polled(const SidebandEvent& ev, const GuardNoticeEvent& notice, MirrorPollTiming timing) {
   auto t0 = std::chrono::steady_clock::now();
   HoldRecord h = saver_.on_guard_notice(ev, notice);
   h.polled = true;
+  h.poll_sleep_us = timing.sleep_us;
+  h.poll_lock_us = timing.lock_us;
   polled_[notice.id] = h.status;
   while (polled_.size() > kMaxPolled) polled_.erase(polled_.begin());
   totals_.polled++;
@@ -92,13 +102,19 @@ void GuardResponder::record(HoldRecord& h, std::chrono::steady_clock::time_point
   totals_.host_us_max = std::max(totals_.host_us_max, h.host_us);
   if (holds_) {
     std::string line = hold_json(h).dump();
-    line += '\n';
-    std::fputs(line.c_str(), holds_);
+    if (pending_.size() + line.size() + 1 > kMaxPendingBytes) {
+      totals_.lines_dropped++;
+      return;
+    }
+    pending_ += line;
+    pending_ += '\n';
   }
 }
 
-void GuardResponder::flush() {
-  if (holds_) std::fflush(holds_);
+void GuardResponder::write_lines(const std::string& lines) {
+  if (!holds_) return;
+  if (!lines.empty()) std::fwrite(lines.data(), 1, lines.size(), holds_);
+  std::fflush(holds_);
 }
 
 }  // namespace kt

@@ -45,6 +45,12 @@ Result<TraceOptions> parse_trace_options(const TraceOptionWords& w) {
       return Error(ErrorCode::InvalidArgument, "--guard-nice takes -20..19, not \"" + v + "\"");
     o.guard_nice = negative ? -static_cast<int>(*magnitude) : static_cast<int>(*magnitude);
   }
+  if (w.guard_rt) {
+    auto prio = parse_u64(*w.guard_rt, 10);
+    if (!prio || *prio > 99)
+      return Error(ErrorCode::InvalidArgument, "--guard-rt takes 0..99, not \"" + *w.guard_rt + "\"");
+    o.guard_rt = static_cast<int>(*prio);
+  }
   if (w.out_dir.empty()) return Error(ErrorCode::InvalidArgument, "no output directory");
   o.out_dir = w.out_dir;
   return o;
@@ -111,6 +117,7 @@ struct TraceSession::State {
   bool mirror_error_shown = false;  // under saver_mu
   // The state dump the mirror was last looked for in by symbol (main thread).
   const GuestState* mirror_looked_up_in = nullptr;
+  const GuestState* tables_looked_up_in = nullptr;  // the state dump init_top_pgt was looked up in
   std::atomic<bool> nice_error_shown{false};
   // Last, so that it is destroyed first: its thread uses the members above.
   std::unique_ptr<SidebandReader> reader;
@@ -124,6 +131,9 @@ struct TraceSession::State {
   // First thing on each thread that answers holds: its name and priority.
   void set_up_guard_thread(const char* name) {
     name_this_thread(name);
+    if (options.guard_rt > 0)
+      if (auto st = set_this_thread_fifo(options.guard_rt); !st && !nice_error_shown.exchange(true))
+        notice(st.error().message + ": holds are answered under normal scheduling, behind busy vCPU threads");
     if (!options.guard_nice) return;
     if (auto st = set_this_thread_nice(*options.guard_nice); !st && !nice_error_shown.exchange(true))
       notice(st.error().message + ": holds are answered at the process's priority, behind busy vCPU threads");
@@ -163,6 +173,8 @@ struct TraceSession::State {
   }
   void handle_batches(std::vector<SidebandBatch> batches);
   void find_mirror_by_symbol();
+  void use_kernel_page_tables();
+  void write_hold_lines();
   void on_guard_state(const GuardStateEvent& g);
   void on_guard_hooks(const GuardHooksEvent& g);
   void handle(const SidebandEvent& ev, uint64_t received_tsc);
@@ -176,8 +188,48 @@ void TraceSession::State::handle_batches(std::vector<SidebandBatch> batches) {
     for (const auto& ev : b.events) handle(ev, b.received_tsc);
     log.append(std::move(b.events));
   }
+  use_kernel_page_tables();
   find_mirror_by_symbol();
   store_pending_texts();
+}
+
+// The session began on the page tables vCPU 0 had then: often a process's,
+// which are freed when it exits (then every copy failed: "PML5 entry ... is
+// not present"). Once the guest's symbols are in, and while those tables
+// still map the kernel, the walker moves to the kernel's own (init_top_pgt,
+// which lives as long as the kernel). Tables that no longer map the kernel
+// are left as they are: the session began before the guest finished booting
+// (page_tables_still_valid says so).
+void TraceSession::State::use_kernel_page_tables() {
+  if (!view.state || !view.state->complete || view.state.get() == tables_looked_up_in) return;
+  tables_looked_up_in = view.state.get();
+  const GuestSymbolRecord* sym = nullptr;
+  for (const auto& s : view.state->symbols)
+    if (s.name == "init_top_pgt" && s.module.empty()) sym = &s;
+  if (!sym) return notice("init_top_pgt is not among the guest's symbols: copies walk the page tables the trace began on");
+  std::lock_guard<std::mutex> lock(saver_mu);
+  const uint64_t old_root = walker->config().root;
+  if (!walker->walk(layout.text_start)) return;
+  auto root = walker->virt_to_phys(sym->addr);
+  if (!root) return notice("init_top_pgt at " + hex(sym->addr) + ": " + root.error().message);
+  if (*root == old_root) return;
+  walker->set_root(*root);
+  if (auto walked = walker->walk(layout.text_start); !walked) {
+    walker->set_root(old_root);
+    notice("init_top_pgt at " + hex(*root) + " does not map the kernel (" + walked.error().message +
+           "): copies walk the page tables the trace began on");
+  }
+}
+
+// holds.jsonl's lines, written here and not by the threads that answer holds.
+void TraceSession::State::write_hold_lines() {
+  if (!guard) return;
+  std::string lines;
+  {
+    std::lock_guard<std::mutex> lock(saver_mu);
+    lines = guard->take_lines();
+  }
+  guard->write_lines(lines);
 }
 
 // Once per state dump (and guard session) while the mirror is not known: its
@@ -259,10 +311,14 @@ void TraceSession::State::on_guard_hooks(const GuardHooksEvent& g) {
 // that a TCG guest's vCPU threads would otherwise have.
 void TraceSession::State::mirror_loop() {
   auto last_activity = Clock::now() - std::chrono::hours(1);
+  auto us = [](Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); };
   while (!mirror_stop) {
-    const bool busy = Clock::now() - last_activity < std::chrono::milliseconds(200);
+    const auto before_sleep = Clock::now();
+    const bool busy = before_sleep - last_activity < std::chrono::milliseconds(200);
     std::this_thread::sleep_for(busy ? std::chrono::microseconds(100) : std::chrono::milliseconds(1));
+    const auto woke = Clock::now();
     std::lock_guard<std::mutex> lock(saver_mu);
+    const MirrorPollTiming timing{us(woke - before_sleep), us(Clock::now() - woke)};
     if (!mirror || !mirror->located() || !guard) continue;
     auto got = mirror->poll();
     if (!got) {
@@ -276,7 +332,7 @@ void TraceSession::State::mirror_loop() {
       ev.time = m.time_ns;
       ev.cpu = m.cpu;
       ev.body = m.notice;
-      guard->answer_polled(ev, m.notice);
+      guard->answer_polled(ev, m.notice, timing);
     }
     if (!got->empty()) last_activity = Clock::now();
   }
@@ -302,8 +358,7 @@ void TraceSession::State::once_a_second() {
   losses().to_bundle(*bundle);
   if (clock.guest_clock().valid) bundle->set_clock(clock.bundle_clock());
   if (auto st = bundle->flush(); !st) notice(st.error().message);
-  std::lock_guard<std::mutex> lock(saver_mu);
-  if (guard) guard->flush();
+  write_hold_lines();
 }
 
 TraceSession::TraceSession(std::unique_ptr<State> state) : s_(std::move(state)) {}

@@ -24,6 +24,7 @@ nlohmann::json TraceSummary::to_json() const {
       {"holds_word_ack_failed", saver.word_ack_failed},
       {"hold_host_us_max", holds.host_us_max},
       {"hold_host_us_mean", holds.host_us_mean()},
+      {"hold_lines_dropped", holds.lines_dropped},
       {"text_records", text_records},
       {"text_bytes", text_bytes},
       {"load_copies", saver.load_copies},

@@ -42,6 +42,9 @@ struct HoldRecord {
   double copy_us = 0;       // reading guest RAM and storing
   double host_us = 0;       // notice decoded -> ack written
   uint64_t seen_ns = 0;     // host CLOCK_MONOTONIC when kthost took the notice up (joins with the guest's clock)
+  // Found by the mirror's poll: how long that poll's thread slept before it,
+  // and then waited for the session's lock (where a late find comes from).
+  double poll_sleep_us = 0, poll_lock_us = 0;
   bool word_acked = false;  // the ack word in guest RAM was stored
   bool polled = false;      // found in ktguard's mirror in guest RAM, before its channel notice
   std::string error;        // why it could not be saved

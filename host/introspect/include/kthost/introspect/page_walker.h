@@ -75,6 +75,9 @@ class PageWalker {
   Status read_virtual(uint64_t vaddr, void* out, size_t len);
 
   void flush_cache();
+  // Walks from another top table from now on (the cache is flushed). Not
+  // thread-safe, as translate() is not.
+  void set_root(uint64_t root);
   struct CacheStats {
     uint64_t hits = 0;
     uint64_t misses = 0;

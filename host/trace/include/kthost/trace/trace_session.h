@@ -58,6 +58,14 @@ struct TraceOptions {
   // needs CAP_SYS_NICE; without it they keep the process's, and a notice
   // says so. (tests/bench/run-agent-bench.sh GUARD_NICE=N measures it.)
   std::optional<int> guard_nice;
+  // SCHED_FIFO priority of the same threads (0: normal scheduling). With it
+  // a hold is answered as soon as the mirror's poll wakes, even while busy
+  // vCPU threads fill the host's CPUs (under normal scheduling a 1 ms poll
+  // sleep was seen to take 3-10 ms on a 2-core host with TCG guests: the
+  // threads wait for their whole autogroup's turn). The threads sleep
+  // between polls and do microseconds of work per hold. It needs
+  // CAP_SYS_NICE; without it a notice says so and they run normally.
+  int guard_rt = 1;
   // Messages for the user (warnings, what was chosen); stderr in the CLI.
   std::function<void(const std::string&)> notice;
 };
@@ -67,7 +75,7 @@ struct TraceOptionWords {
   std::optional<std::string> backend, pt, pt_psb, pt_mtc, pt_cyc;
   bool pt_no_tsc = false, no_guard = false, no_ack_word = false;
   std::string out_dir;
-  std::optional<std::string> guard_nice;
+  std::optional<std::string> guard_nice, guard_rt;
 };
 // Errors: InvalidArgument naming the option and the value.
 Result<TraceOptions> parse_trace_options(const TraceOptionWords& words);
