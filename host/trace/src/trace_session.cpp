@@ -242,6 +242,9 @@ void TraceSession::State::find_mirror_by_symbol() {
   mirror_looked_up_in = view.state.get();
   std::lock_guard<std::mutex> lock(saver_mu);
   if (mirror->located()) return;
+  // Tables that no longer map the kernel: the session began while the guest
+  // booted, and is replaced (page_tables_still_valid); the notice finds it.
+  if (!walker->walk(layout.text_start)) return;
   auto base = shared_block_address(view.state->symbols, *walker);
   Status st = base ? mirror->locate_block(*base) : Status(base.error());
   if (!st) notice("ktguard's notice mirror not found by symbol (" + st.error().message + "): the first notice finds it");
