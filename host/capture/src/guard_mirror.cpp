@@ -88,13 +88,11 @@ std::vector<MirrorNotice> whole_mirror_notices(const GuardMirrorLayout& l, const
 Status GuardMirror::locate(uint64_t ack_addr) {
   const uint64_t base = ack_addr & ~uint64_t{KTGUARD_SHARED_SIZE - 1};
   if (located_ && layout_.base == base) return ok_status();
-  forget();
-  uint8_t header[sizeof(ktguard_shared_header)];
-  KT_TRY(memory_.read(base, header, sizeof header));
-  KT_ASSIGN_OR_RETURN(layout_, parse_guard_mirror_header(header, sizeof header, base));
-  if (ack_addr < base + layout_.ack_offset || ack_addr >= base + layout_.ack_offset + uint64_t{layout_.slots} * 8)
+  KT_TRY(locate_block(base));
+  if (ack_addr < base + layout_.ack_offset || ack_addr >= base + layout_.ack_offset + uint64_t{layout_.slots} * 8) {
+    forget();
     return bad(base, "the notice's ack word " + hex(ack_addr) + " is not one of its ack words");
-  located_ = true;
+  }
   return ok_status();
 }
 

@@ -49,8 +49,8 @@ GuardResponder::~GuardResponder() {
 
 namespace {
 constexpr size_t kMaxPolled = 4096;
-// About 50k holds' lines; the main thread takes them every step (at most
-// 200 ms apart), so this is only reached when it is stuck.
+// About 50k holds' lines; the main thread takes them once a second (at
+// most about 1.2 s apart), so this is only reached when it is stuck.
 constexpr size_t kMaxPendingBytes = 16u << 20;
 }
 

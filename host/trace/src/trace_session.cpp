@@ -118,7 +118,7 @@ struct TraceSession::State {
   // The state dump the mirror was last looked for in by symbol (main thread).
   const GuestState* mirror_looked_up_in = nullptr;
   const GuestState* tables_looked_up_in = nullptr;  // the state dump init_top_pgt was looked up in
-  std::atomic<bool> nice_error_shown{false};
+  std::atomic<bool> priority_error_shown{false};
   // Last, so that it is destroyed first: its thread uses the members above.
   std::unique_ptr<SidebandReader> reader;
 
@@ -132,10 +132,10 @@ struct TraceSession::State {
   void set_up_guard_thread(const char* name) {
     name_this_thread(name);
     if (options.guard_rt > 0)
-      if (auto st = set_this_thread_fifo(options.guard_rt); !st && !nice_error_shown.exchange(true))
+      if (auto st = set_this_thread_fifo(options.guard_rt); !st && !priority_error_shown.exchange(true))
         notice(st.error().message + ": holds are answered under normal scheduling, behind busy vCPU threads");
     if (!options.guard_nice) return;
-    if (auto st = set_this_thread_nice(*options.guard_nice); !st && !nice_error_shown.exchange(true))
+    if (auto st = set_this_thread_nice(*options.guard_nice); !st && !priority_error_shown.exchange(true))
       notice(st.error().message + ": holds are answered at the process's priority, behind busy vCPU threads");
   }
 
