@@ -36,6 +36,7 @@ struct ktg_slot {
 	struct ktguard_notice notice;
 	wait_queue_head_t wq; /* its holder sleeps here: an ack wakes only it */
 	bool late_wake; /* its word poll gave up and woke the reader (for the verbose log) */
+	unsigned int yields; /* times its word poll gave the CPU away (for the verbose log) */
 };
 
 static DEFINE_SPINLOCK(ktg_lock); /* guards slots, ktg_reader_open, ktg_next_id */
@@ -207,6 +208,7 @@ static struct ktg_slot *ktg_try_queue(unsigned long start, unsigned long end, u3
 	WRITE_ONCE(ktg_queued, ktg_queued + 1);
 	WRITE_ONCE(slot->outcome, OUT_WAITING);
 	slot->late_wake = false;
+	slot->yields = 0;
 	slot->notice.id = ktg_next_id++;
 	slot->notice.start = start;
 	slot->notice.end = end;
@@ -279,16 +281,26 @@ static int ktg_wait(struct ktg_slot *slot, enum ktg_hold_method method, bool pol
 			u64 now = local_clock();
 			u64 until = now + min_t(u64, (u64)spin_us * NSEC_PER_USEC, (u64)ms * NSEC_PER_MSEC);
 			u64 busy_until = now + (u64)READ_ONCE(ktg_word_busy_us) * NSEC_PER_USEC;
+			u64 yield_after = now + (u64)READ_ONCE(ktg_word_yield_us) * NSEC_PER_USEC;
 
-			/* A task that preempts always runs first (ktguest is
-			 * not woken by this notice: see ktg_queue). Past
-			 * word_busy_us the poll goes on only while nothing else
-			 * is runnable here, on time the CPU would spend idle. */
+			/* For word_yield_us the poll keeps its CPU even when the
+			 * scheduler asks for it; then a task that preempts runs
+			 * first (ktguest is not woken by this notice: see
+			 * ktg_queue). Yielding early cost whole time slices: the
+			 * guest charges the poll for the time its vCPU waited
+			 * for a host CPU, so another task's turn could last tens
+			 * of ms with the word long stored (agent bench, 3 busy
+			 * guests on 2 cores: 99% of the slowest holds' time came
+			 * after the word). Past word_busy_us the poll goes on
+			 * only while nothing else is runnable here, on time the
+			 * CPU would spend idle. */
 			atomic64_inc(&ktg_stats.word_spins);
 			while (!ktg_ended(slot) && (now = local_clock()) < until) {
 				int i;
 
-				if (need_resched()) {
+				if (need_resched() && now >= yield_after) {
+					slot->yields++;
+					atomic64_inc(&ktg_stats.word_yields);
 					cond_resched();
 					continue;
 				}
@@ -407,10 +419,10 @@ void ktg_guard(unsigned long start, unsigned long end, u32 kind, enum ktg_hold_m
 		break;
 	}
 	if (READ_ONCE(ktg_verbose))
-		pr_info("ktguard: notice %llu [%#lx, %#lx) kind %u %s: outcome %d after %llu us%s\n",
+		pr_info("ktguard: notice %llu [%#lx, %#lx) kind %u %s: outcome %d after %llu us%s, %u yields\n",
 			slot->notice.id, start, end, kind, method == KTG_HOLD_SLEEP ? "sleep" : "spin",
 			outcome, (local_clock() - t0) / 1000,
-			slot->late_wake ? " (word poll gave up)" : "");
+			slot->late_wake ? " (word poll gave up)" : "", slot->yields);
 	ktg_release(slot);
 }
 

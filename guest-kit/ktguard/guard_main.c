@@ -15,6 +15,7 @@ unsigned int ktg_spin_max_ms = 200;
 unsigned int ktg_word_spin_us = 3000;
 unsigned int ktg_word_busy_us = 3000;
 unsigned int ktg_word_sleep_us = 500;
+unsigned int ktg_word_yield_us = 1000;
 struct ktg_stats ktg_stats;
 
 static int ktg_set_ms(const char *val, const struct kernel_param *kp)
@@ -45,6 +46,9 @@ MODULE_PARM_DESC(word_spin_us, "once the host stores ack words in guest RAM, how
 module_param_named(word_busy_us, ktg_word_busy_us, uint, 0644);
 MODULE_PARM_DESC(word_busy_us, "of word_spin_us, how long the poll goes on while other tasks wait for the CPU; "
 		 "after that only while the CPU would otherwise idle, in us (default 3000: all of it)");
+module_param_named(word_yield_us, ktg_word_yield_us, uint, 0644);
+MODULE_PARM_DESC(word_yield_us, "of word_spin_us, how long the poll keeps its CPU when the scheduler asks for it, "
+		 "in us; after that it yields whenever asked (default 1000; 0: yield at once)");
 module_param_named(word_sleep_us, ktg_word_sleep_us, uint, 0644);
 MODULE_PARM_DESC(word_sleep_us, "once the host stores ack words, how often a hold that sleeps (after word_spin_us) "
 		 "wakes to look at its word, in us (default 500; 0: only the reader's ack wakes it)");
@@ -116,7 +120,7 @@ static int ktg_get_stats(char *buf, const struct kernel_param *kp)
 	return scnprintf(buf, PAGE_SIZE,
 			 "notices=%lld\nacks=%lld\nhost_errors=%lld\ntimeouts=%lld\n"
 			 "reader_gone=%lld\nunguarded=%lld\noverflows=%lld\nstale_acks=%lld\nlate_acks=%lld\n"
-			 "word_acks=%lld\nunread=%lld\nword_spins=%lld\nword_sleeps=%lld\nlate_wakes=%lld\n"
+			 "word_acks=%lld\nunread=%lld\nword_spins=%lld\nword_sleeps=%lld\nlate_wakes=%lld\nword_yields=%lld\n"
 			 "spins=%lld\nslot_waits=%lld\nhold_ns_total=%lld\nhold_ns_max=%lld\nmisses=%llu\n",
 			 atomic64_read(&s->notices), atomic64_read(&s->acks),
 			 atomic64_read(&s->host_errors), atomic64_read(&s->timeouts),
@@ -124,6 +128,7 @@ static int ktg_get_stats(char *buf, const struct kernel_param *kp)
 			 atomic64_read(&s->overflows), atomic64_read(&s->stale_acks),
 			 atomic64_read(&s->late_acks), atomic64_read(&s->word_acks), atomic64_read(&s->unread),
 			 atomic64_read(&s->word_spins), atomic64_read(&s->word_sleeps), atomic64_read(&s->late_wakes),
+			 atomic64_read(&s->word_yields),
 			 atomic64_read(&s->spins), atomic64_read(&s->slot_waits), atomic64_read(&s->hold_ns_total),
 			 atomic64_read(&s->hold_ns_max), READ_ONCE(ktg_miss_count));
 }

@@ -35,6 +35,7 @@ extern unsigned int ktg_spin_max_ms;
 extern unsigned int ktg_word_spin_us;
 extern unsigned int ktg_word_busy_us;
 extern unsigned int ktg_word_sleep_us;
+extern unsigned int ktg_word_yield_us;
 extern bool ktg_verbose;
 
 /* Counters (guard_main.c). */
@@ -53,6 +54,7 @@ struct ktg_stats {
 	atomic64_t word_spins; /* sleeping holds that first polled their ack word (ack words seen this session) */
 	atomic64_t word_sleeps; /* timed sleeps of holds between looks at their ack word (word_sleep_us) */
 	atomic64_t late_wakes; /* word polls that ended without the word and woke the reader only then */
+	atomic64_t word_yields; /* times a word poll gave its CPU to another task (past word_yield_us) */
 	atomic64_t spins;      /* holds done by busy waiting */
 	atomic64_t slot_waits; /* sleeping frees that waited for a free slot */
 	atomic64_t hold_ns_total; /* time spent holding, all holds */

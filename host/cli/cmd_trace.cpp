@@ -41,7 +41,9 @@ int run(const std::vector<std::string>& args) {
   o->notice = say;
   const Target& t = *target;
   ::signal(SIGINT, on_signal), ::signal(SIGTERM, on_signal), ::signal(SIGPIPE, SIG_IGN);
-  auto session = TraceSession::open({t.vm, t.monitor.get(), t.label, [&t] { return t.check_alive(); }}, *o);
+  TraceTarget trace_target{t.vm, t.monitor.get(), t.label, [&t] { return t.check_alive(); }, {}};
+  if (t.domain) trace_target.vcpu_threads = t.domain->vcpu_threads();
+  auto session = TraceSession::open(trace_target, *o);
   if (!session) return fail(kName, session.error());
   std::fprintf(stderr, "kthost trace: %s\n", (*session)->describe().c_str());
   std::unique_ptr<GuestWorkload> workload;

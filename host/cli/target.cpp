@@ -25,13 +25,16 @@ void trace_session_options(Options& opt) {
   opt.flag("no-guard", "do not answer ktguard: unloads are saved best effort from unregister events");
   opt.flag("no-ack-word", "answer holds only through the channel, not also by the ack word in guest RAM");
   opt.value("guard-nice", "N", "nice value of the threads that answer holds, -20..19 (default: the process's)");
-  opt.value("guard-rt", "P", "SCHED_FIFO priority of the threads that answer holds, 0..99 (default 1; 0: normal scheduling)");
+  opt.value("guard-rt", "P", "SCHED_FIFO priority of the threads that answer holds, 0..99 (default 2; 0: normal scheduling)");
+  opt.value("holder-boost", "P",
+            "SCHED_FIFO priority of a vCPU thread while its guest waits on a hold, below --guard-rt (default: one below; "
+            "0: never)");
 }
 
 TraceOptionWords trace_option_words(const Options& opt, const std::string& out_dir) {
   return {opt.get("backend"), opt.get("pt"),         opt.get("pt-psb"),         opt.get("pt-mtc"), opt.get("pt-cyc"),
           opt.has("pt-no-tsc"), opt.has("no-guard"), opt.has("no-ack-word"), out_dir,
-          opt.get("guard-nice"), opt.get("guard-rt")};
+          opt.get("guard-nice"), opt.get("guard-rt"), opt.get("holder-boost")};
 }
 
 Status Target::check_alive() const {

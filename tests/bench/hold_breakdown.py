@@ -28,7 +28,7 @@ import statistics
 import sys
 
 LINE = re.compile(r"^\[\s*(\d+)\.(\d+)\] ktguard: notice (\d+) \[[^)]*\) kind (\d+) (\w+): outcome (-?\d+) after (\d+) us"
-                  r"( \(word poll gave up\))?")
+                  r"( \(word poll gave up\))?(?:, (\d+) yields)?")
 NEIGHBOURS = 50
 
 
@@ -40,7 +40,8 @@ def guest_holds(path):
             m = LINE.match(line)
             if m:
                 end_ns = int(m.group(1)) * 1_000_000_000 + int(m.group(2).ljust(9, "0")[:9])
-                out[int(m.group(3))] = (end_ns, int(m.group(7)), m.group(5) + (", poll gave up" if m.group(8) else ""))
+                out[int(m.group(3))] = (end_ns, int(m.group(7)), m.group(5) + (", poll gave up" if m.group(8) else "") +
+                                       (", yielded %s times" % m.group(9) if m.group(9) and m.group(9) != "0" else ""))
     return out
 
 

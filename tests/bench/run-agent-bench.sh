@@ -7,7 +7,9 @@
 # TRACER and N = 1, 2, 3 in turn: the first N domains run, the others are
 # paused (virsh suspend: no CPU taken), and they are traced either by one
 # agent (--match them) or, the baseline, by a kthost trace per domain (the
-# way before the agent: separate processes, nothing shared). Once each is
+# way before the agent: separate processes, nothing shared), or by one agent
+# that does not raise a holder's vCPU thread (agent-unboosted: --holder-boost
+# 0; holder_boost.h). Once each is
 # ready, every one of the N guests runs the same workload at the same time:
 # BPF programs of four kinds loaded and closed (BPF of them) and MODS module
 # load/unload cycles (delete_module waits for its hold), either back to back
@@ -39,10 +41,11 @@
 # A JSON line per run and domain goes to WORK/results.jsonl.
 #
 # usage: tests/bench/run-agent-bench.sh BUILD_DIR [WORK_DIR]
-#   RUNS=N, LOADS="busy paced", TRACERS_COMPARED="agent procs", BPF=N, MODS=N,
+#   RUNS=N, LOADS="busy paced", TRACERS_COMPARED="agent procs agent-unboosted",
+#   BPF=N, MODS=N,
 #   PACE_MS=N, GUARD_NICE=N (the tracers' --guard-nice), GUARD_RT=P (their
 #   --guard-rt: the hold threads' SCHED_FIFO priority, 0 for normal
-#   scheduling; default: kthost's own, 1),
+#   scheduling; default: kthost's own, 2),
 #   HOLD_DETAIL=1 (ktguard logs each hold; tests/bench/hold_breakdown.py then
 #   joins them with holds.jsonl by id and prints, per domain, where the
 #   slowest holds' time went: before kthost found the notice, kthost's own
@@ -135,10 +138,11 @@ start_tracers() {
   local tracer=$1 tag=$2 d deadline=$((SECONDS + 240))
   shift 2
   TRACERS=""
-  if [ "$tracer" = agent ]; then
-    local doms="$*"
+  if [ "$tracer" = agent ] || [ "$tracer" = agent-unboosted ]; then
+    local doms="$*" boost=""
+    [ "$tracer" = agent ] || boost=--holder-boost=0
     # shellcheck disable=SC2086
-    "$K" agent --output "$W/out-$tag" --socket "$SOCK" --match "${doms// /,}" $NICE_ARG >"$W/agent-$tag.log" 2>&1 &
+    "$K" agent --output "$W/out-$tag" --socket "$SOCK" --match "${doms// /,}" $NICE_ARG $boost >"$W/agent-$tag.log" 2>&1 &
     TRACERS=$!
     until [ "$(ready_count "$@")" = "$#" ]; do
       [ $SECONDS -lt $deadline ] || { say "$tag: not every domain became ready"; tail -n 30 "$W/agent-$tag.log"; exit 1; }
@@ -295,9 +299,12 @@ with open(results, "a") as f:
         v0, v1 = sched0["vcpu"].get(d), sched1["vcpu"].get(d)
         vcpu_wait = 100.0 * (v1[0] - v0[0]) / 1e9 / wall if v0 and v1 else None
         g = "%s-%s" % (guest, d)
-        host_us = []
+        host_us, boosts, boost_timeouts = [], 0, 0
         for h in glob.glob("%s/%s/*/*/holds.jsonl" % (out, d)):
             host_us += [json.loads(l)["host_us"] for l in open(h) if l.strip()]
+        for sj in glob.glob("%s/%s/*/*/summary.json" % (out, d)):
+            b = json.load(open(sj)).get("holder_boost", {})
+            boosts, boost_timeouts = boosts + b.get("boosts", 0), boost_timeouts + b.get("timeouts", 0)
         before, after = stats(g + "/stats-before"), stats(g + "/stats-after")
         missed = sum(after.get(k, 0) - before.get(k, 0) for k in ("timeouts", "reader_gone", "overflows"))
         row = {"run": int(run), "load": load, "tracer": tracer, "n": n, "host_busy_pct": round(host_busy, 1),
@@ -309,14 +316,15 @@ with open(results, "a") as f:
                "vcpu_wait_pct": round(vcpu_wait, 1) if vcpu_wait is not None else None,
                "hold_thread_wait_us": round(hold_wait_us, 1) if hold_wait_us is not None else None,
                "word_sleeps": after.get("word_sleeps", 0) - before.get("word_sleeps", 0),
-               "late_wakes": after.get("late_wakes", 0) - before.get("late_wakes", 0)}
+               "late_wakes": after.get("late_wakes", 0) - before.get("late_wakes", 0),
+               "holder_boosts": boosts, "holder_boost_timeouts": boost_timeouts}
         f.write(json.dumps(row) + "\n")
         print("  run %s %s %s N=%d %s: host %.0f%% busy (%.1f%% stolen), tracer CPU %.1f%% of a core per domain, %d holds (%d missed), hold median %s us p99 %s us, "
               "kthost part %.0f / %.0f us, BPF stress %.1f s, vCPU waited %s%% of the time, hold threads %s us per run, "
-              "%d word polls gave up" %
+              "%d word polls gave up, holder raised %d times (%d past its limit)" %
               (run, load, tracer, n, d, host_busy, host_steal, cpu_per_domain, row["holds"], missed, row["hold_median_us"], row["hold_p99_us"],
                row["host_median_us"] or 0, row["host_p99_us"] or 0, row["bpf_seconds"] or 0, row["vcpu_wait_pct"],
-               row["hold_thread_wait_us"], row["late_wakes"]))
+               row["hold_thread_wait_us"], row["late_wakes"], boosts, boost_timeouts))
 PY
   rm -rf "$W/out-$tag"  # PT makes bundles large
 }
@@ -346,7 +354,8 @@ def worst(rows, n, k, run):
 for load in dict.fromkeys(r["load"] for r in all_rows):
   for tracer in dict.fromkeys(r["tracer"] for r in all_rows):
     rows = [r for r in all_rows if r["load"] == load and r["tracer"] == tracer]
-    what = "one agent" if tracer == "agent" else "a kthost trace per domain"
+    what = {"agent": "one agent", "agent-unboosted": "one agent, holders not raised (--holder-boost 0)"}.get(
+        tracer, "a kthost trace per domain")
     print()
     print("%s load, %s: per N and domain, median over %d runs" % (load, what, len(runs)))
     print("  %-2s %-11s %6s %12s %6s %10s %10s %11s %11s %7s %10s %10s" % ("N", "DOMAIN", "HOST", "CPU%/DOMAIN", "HOLDS",
@@ -374,11 +383,13 @@ for load in dict.fromkeys(r["load"] for r in all_rows):
         goal = "" if k == "bpf_seconds" else "   goal <= 2x: " + ("met" if statistics.median(v) <= 2 else "NOT met")
         print("  %-19s N=3 / N=1: %sx%s" % (label, mmm(v, "%.2f"), goal))
   tracers = {r["tracer"] for r in all_rows if r["load"] == load}
-  if {"agent", "procs"} <= tracers:
+  for other, what in (("procs", "a kthost trace per domain"), ("agent-unboosted", "holders not raised")):
+    if not {"agent", other} <= tracers:
+      continue
     a = [r for r in all_rows if r["load"] == load and r["tracer"] == "agent"]
-    p = [r for r in all_rows if r["load"] == load and r["tracer"] == "procs"]
+    p = [r for r in all_rows if r["load"] == load and r["tracer"] == other]
     print()
-    print("%s load, N=3: one agent over a kthost trace per domain, same run (min / median / max)" % load)
+    print("%s load, N=3: one agent over %s, same run (min / median / max)" % (load, what))
     for k, label in (("hold_p99_us", "guest's hold p99"), ("host_p99_us", "kthost's part p99"),
                      ("agent_cpu_pct_per_domain", "CPU per domain")):
         print("  %-19s %sx" % (label, mmm([worst(a, 3, k, x) / worst(p, 3, k, x) for x in runs], "%.2f")))

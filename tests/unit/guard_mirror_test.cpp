@@ -84,6 +84,28 @@ TEST(GuardMirror, FindsTheBlockFromAnAckWordAndReturnsEachWaitingNoticeOnce) {
   EXPECT_GT(m.stats().table_reads, reads);
 }
 
+// What the holder boost lowers by: the holds in the last table read.
+TEST(GuardMirror, TheWaitingHoldsAreThoseOfTheLastTableRead) {
+  FakeGuest g;
+  write_header(g.mem);
+  write_notice(g.mem, 3, 42);
+  write_notice(g.mem, 7, 43);
+  GuardMirror m(g.mem);
+  ASSERT_TRUE(m.locate(ack_of(3)).ok());
+  ASSERT_TRUE(m.poll());
+  EXPECT_EQ(m.waiting(), (std::set<uint64_t>{42, 43}));
+  ASSERT_TRUE(m.poll());  // unchanged: the same
+  EXPECT_EQ(m.waiting(), (std::set<uint64_t>{42, 43}));
+  g.mem.write_u64(notice_of(3) + offsetof(ktguard_notice, id), 0);  // hold 42 ends
+  bump_seq(g.mem);
+  auto got = m.poll();
+  ASSERT_TRUE(got);
+  EXPECT_TRUE(got->empty());
+  EXPECT_EQ(m.waiting(), (std::set<uint64_t>{43}));
+  m.forget();
+  EXPECT_TRUE(m.waiting().empty());
+}
+
 TEST(GuardMirror, AnyAckWordOfTheBlockFindsItAndOthersAreRefused) {
   FakeGuest g;
   write_header(g.mem);

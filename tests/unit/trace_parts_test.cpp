@@ -208,7 +208,8 @@ TEST(TraceOptions, ParsedWithEachBadValueNamed) {
   EXPECT_EQ(o->pt, PtChoice::Auto);
   EXPECT_TRUE(o->guard);
   EXPECT_TRUE(o->ack_word);
-  EXPECT_EQ(o->guard_rt, 1);
+  EXPECT_EQ(o->guard_rt, 2);
+  EXPECT_EQ(o->holder_boost, 1);  // below the answering threads
   w.pt = "hardware";
   w.pt_psb = "3";
   w.pt_mtc = "off";
@@ -235,6 +236,24 @@ TEST(TraceOptions, ParsedWithEachBadValueNamed) {
   o = parse_trace_options(w);
   ASSERT_TRUE(o) << o.error().message;
   EXPECT_EQ(o->guard_rt, 0);
+  EXPECT_EQ(o->holder_boost, 0);  // no room below normal scheduling
+  w.guard_rt = "5";
+  w.holder_boost = "5";
+  o = parse_trace_options(w);
+  ASSERT_FALSE(o);
+  EXPECT_NE(o.error().message.find("--holder-boost 5 must be below --guard-rt (5)"), std::string::npos)
+      << o.error().message;
+  w.holder_boost = "3";
+  ASSERT_TRUE(parse_trace_options(w));
+  EXPECT_EQ(parse_trace_options(w)->holder_boost, 3);
+  w.holder_boost = "0";
+  EXPECT_EQ(parse_trace_options(w)->holder_boost, 0);
+  w.holder_boost = "99";
+  o = parse_trace_options(w);
+  ASSERT_FALSE(o);
+  EXPECT_NE(o.error().message.find("--holder-boost takes 0..98"), std::string::npos) << o.error().message;
+  w.holder_boost.reset();
+  w.guard_rt = "0";
   w.guard_rt = "100";
   o = parse_trace_options(w);
   ASSERT_FALSE(o);

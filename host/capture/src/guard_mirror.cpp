@@ -132,6 +132,7 @@ void GuardMirror::answered(uint64_t id) {
 void GuardMirror::forget() {
   located_ = have_seq_ = false;
   returned_.clear();
+  waiting_.clear();
 }
 
 Result<std::vector<MirrorNotice>> GuardMirror::poll() {
@@ -150,7 +151,9 @@ Result<std::vector<MirrorNotice>> GuardMirror::poll() {
   // A change between the seq read and the tables is seen by the next poll.
   seq_ = seq;
   have_seq_ = true;
+  waiting_.clear();
   for (auto& m : whole_mirror_notices(layout_, first, second, &stats_.rejected)) {
+    waiting_.insert(m.notice.id);
     if (!returned_.insert(m.notice.id).second) continue;
     fresh.push_back(m);
   }

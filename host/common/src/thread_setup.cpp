@@ -29,4 +29,28 @@ Status set_this_thread_fifo(int priority) {
   return ok_status();
 }
 
+bool ThreadScheduling::real_time() const { return policy == SCHED_FIFO || policy == SCHED_RR; }
+
+Result<ThreadScheduling> thread_scheduling(int tid) {
+  ThreadScheduling s;
+  s.policy = ::sched_getscheduler(tid);
+  if (s.policy < 0) return io_error("read the scheduling policy of thread " + std::to_string(tid), errno);
+  s.policy &= ~SCHED_RESET_ON_FORK;
+  sched_param p{};
+  if (::sched_getparam(tid, &p) != 0) return io_error("read the priority of thread " + std::to_string(tid), errno);
+  s.priority = p.sched_priority;
+  return s;
+}
+
+Status set_thread_scheduling(int tid, const ThreadScheduling& scheduling) {
+  sched_param p{};
+  p.sched_priority = scheduling.priority;
+  if (::sched_setscheduler(tid, scheduling.policy, &p) != 0)
+    return io_error("set thread " + std::to_string(tid) + "'s scheduling to " +
+                        (scheduling.real_time() ? "SCHED_FIFO/RR priority " + std::to_string(scheduling.priority)
+                                                : std::string("normal")),
+                    errno);
+  return ok_status();
+}
+
 }  // namespace kt

@@ -21,6 +21,7 @@
 #include "kthost/sideband/event_log.h"
 #include "kthost/snapshot/snapshot.h"
 #include "kthost/trace/guard_responder.h"
+#include "kthost/trace/holder_boost.h"
 #include "kthost/trace/sideband_reader.h"
 #include "kthost/trace/tsc_offset_estimator.h"
 #include "kthost_shared.h"
@@ -50,6 +51,19 @@ Result<TraceOptions> parse_trace_options(const TraceOptionWords& w) {
     if (!prio || *prio > 99)
       return Error(ErrorCode::InvalidArgument, "--guard-rt takes 0..99, not \"" + *w.guard_rt + "\"");
     o.guard_rt = static_cast<int>(*prio);
+  }
+  // The holder's priority stays below the answering threads' (by default one
+  // below; none when they run under normal scheduling).
+  o.holder_boost = o.guard_rt > 1 ? o.guard_rt - 1 : 0;
+  if (w.holder_boost) {
+    auto prio = parse_u64(*w.holder_boost, 10);
+    if (!prio || *prio > 98)
+      return Error(ErrorCode::InvalidArgument, "--holder-boost takes 0..98, not \"" + *w.holder_boost + "\"");
+    o.holder_boost = static_cast<int>(*prio);
+    if (o.holder_boost && static_cast<int>(*prio) >= o.guard_rt)
+      return Error(ErrorCode::InvalidArgument,
+                   "--holder-boost " + *w.holder_boost + " must be below --guard-rt (" + std::to_string(o.guard_rt) +
+                       "): a raised holder would keep the hold-answering threads from running");
   }
   if (w.out_dir.empty()) return Error(ErrorCode::InvalidArgument, "no output directory");
   o.out_dir = w.out_dir;
@@ -99,6 +113,8 @@ struct TraceSession::State {
   std::unique_ptr<TextSaver> saver;
   std::optional<GuardResponder> guard;
   std::optional<GuardMirror> mirror;  // ktguard's notices polled from guest RAM (with ack words)
+  std::optional<HolderBoost> boost;   // raises a holder's vCPU thread (mirror thread only)
+  HolderBoostStats boost_stats;       // copied from boost when the mirror thread ends
   mutable std::mutex saver_mu;
   std::vector<TextRecord> pending_texts;  // under saver_mu
   SidebandView view;                      // the reader's, as of the last step
@@ -322,13 +338,23 @@ void TraceSession::State::mirror_loop() {
     const auto woke = Clock::now();
     std::lock_guard<std::mutex> lock(saver_mu);
     const MirrorPollTiming timing{us(woke - before_sleep), us(Clock::now() - woke)};
-    if (!mirror || !mirror->located() || !guard) continue;
+    if (!mirror || !mirror->located() || !guard) {
+      if (boost) boost->end_all(Clock::now());
+      continue;
+    }
     auto got = mirror->poll();
     if (!got) {
       if (!mirror_error_shown) notice("reading ktguard's shared block: " + got.error().message + ": polling stops");
       mirror_error_shown = true;
       mirror->forget();
+      if (boost) boost->end_all(Clock::now());
       continue;
+    }
+    // Raised first: a holder that waits for a host CPU runs at once, and
+    // sees its word as soon as it is stored.
+    if (boost) {
+      for (const auto& m : *got) boost->hold_seen(m.notice.id, m.cpu, Clock::now());
+      boost->holds_waiting(mirror->waiting(), Clock::now());
     }
     for (const auto& m : *got) {
       SidebandEvent ev;
@@ -338,6 +364,11 @@ void TraceSession::State::mirror_loop() {
       guard->answer_polled(ev, m.notice, timing);
     }
     if (!got->empty()) last_activity = Clock::now();
+  }
+  std::lock_guard<std::mutex> lock(saver_mu);
+  if (boost) {
+    boost->end_all(Clock::now());
+    boost_stats = boost->stats();
   }
 }
 
@@ -414,6 +445,15 @@ Result<std::unique_ptr<TraceSession>> TraceSession::open(TraceParts parts, const
   if (options.guard && options.ack_word) {
     s->saver->set_ack_word_writer([st](uint64_t gpa, uint64_t value) { return st->memory->write_word(gpa, value); });
     s->mirror.emplace(*s->memory);
+    if (options.holder_boost > 0) {
+      std::vector<VcpuThread> threads = target.vcpu_threads;
+      if (threads.empty() && target.monitor) {
+        auto asked = query_vcpu_threads(*target.monitor);
+        if (asked) threads = *asked;
+        else s->notice("holder boost off: " + asked.error().message);
+      }
+      s->boost.emplace(std::move(threads), options.holder_boost, options.notice);
+    }
   }
   if (options.guard) {
     KT_ASSIGN_OR_RETURN(GuardResponder responder,
@@ -537,6 +577,12 @@ Result<TraceSummary> TraceSession::finish(const std::string& reason) {
   sum.text_bytes = s.text_bytes;
   sum.pt_source = pt_source();
   sum.pt_bytes = s.pt ? s.pt->total_bytes() : 0;
+  if (s.boost) {
+    const HolderBoostStats& b = s.boost_stats;
+    sum.extra["holder_boost"] = {{"priority", s.options.holder_boost}, {"boosts", b.boosts},
+                                 {"timeouts", b.timeouts}, {"errors", b.errors},
+                                 {"no_thread", b.no_thread}, {"max_ms", b.max_ms}};
+  }
   if (!s.saver->lost_unloads().empty()) sum.extra["lost_unload_examples"] = s.saver->lost_unloads();
   if (s.pt && s.pt->kind() == "hardware") {
     // Guest TSC = host TSC * ratio + offset per vCPU: what maps the guest's

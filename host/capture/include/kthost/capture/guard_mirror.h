@@ -77,6 +77,9 @@ class GuardMirror {
   // while nothing changed.
   Result<std::vector<MirrorNotice>> poll();
   const GuardMirrorStats& stats() const { return stats_; }
+  // The ids of the notices waiting at the last read of the table (a hold
+  // that has ended, or whose slot was changing, is not among them).
+  const std::set<uint64_t>& waiting() const { return waiting_; }
 
  private:
   const GuestMemory& memory_;
@@ -85,6 +88,7 @@ class GuardMirror {
   uint64_t seq_ = 0;
   bool have_seq_ = false;
   std::set<uint64_t> returned_;  // ids already returned (bounded)
+  std::set<uint64_t> waiting_;   // at most slots ids
   GuardMirrorStats stats_;
 };
 

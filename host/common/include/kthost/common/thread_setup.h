@@ -23,4 +23,16 @@ Status set_this_thread_nice(int nice);
 // Needs CAP_SYS_NICE (or RLIMIT_RTPRIO); errors name the priority and why.
 Status set_this_thread_fifo(int priority);
 
+// Another thread's scheduling policy and real-time priority (its nice value
+// is its own and is kept across a change of policy).
+struct ThreadScheduling {
+  int policy = 0;    // SCHED_OTHER, SCHED_FIFO, ...
+  int priority = 0;  // 1..99 under SCHED_FIFO and SCHED_RR, else 0
+  bool real_time() const;
+};
+Result<ThreadScheduling> thread_scheduling(int tid);
+// Errors name the thread, the policy and why (ESRCH: it has exited; EPERM:
+// no CAP_SYS_NICE).
+Status set_thread_scheduling(int tid, const ThreadScheduling& scheduling);
+
 }  // namespace kt

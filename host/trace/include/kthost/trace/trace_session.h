@@ -43,6 +43,9 @@ struct TraceTarget {
   std::string label;           // for messages: "domain NAME" or the vm.json path
   // Ok while the guest can still be traced; checked once a second.
   std::function<Status()> check_alive;
+  // The vCPU threads as this host numbers them (a libvirt in a pod's pid
+  // namespace gives them translated); empty: asked of the monitor.
+  std::vector<VcpuThread> vcpu_threads;
 };
 
 
@@ -65,7 +68,13 @@ struct TraceOptions {
   // threads wait for their whole autogroup's turn). The threads sleep
   // between polls and do microseconds of work per hold. It needs
   // CAP_SYS_NICE; without it a notice says so and they run normally.
-  int guard_rt = 1;
+  int guard_rt = 2;
+  // SCHED_FIFO priority of a vCPU thread while its guest CPU waits on a hold
+  // seen in ktguard's mirror (holder_boost.h), until the hold ends, 5 ms at
+  // most; 0: never. Below guard_rt, so that holds are still answered while
+  // raised holders fill the host's CPUs. Needs CAP_SYS_NICE (a notice says
+  // when it is missing).
+  int holder_boost = 1;
   // Messages for the user (warnings, what was chosen); stderr in the CLI.
   std::function<void(const std::string&)> notice;
 };
@@ -75,7 +84,7 @@ struct TraceOptionWords {
   std::optional<std::string> backend, pt, pt_psb, pt_mtc, pt_cyc;
   bool pt_no_tsc = false, no_guard = false, no_ack_word = false;
   std::string out_dir;
-  std::optional<std::string> guard_nice, guard_rt;
+  std::optional<std::string> guard_nice, guard_rt, holder_boost;
 };
 // Errors: InvalidArgument naming the option and the value.
 Result<TraceOptions> parse_trace_options(const TraceOptionWords& words);
