@@ -42,7 +42,10 @@ int run(const std::vector<std::string>& args) {
   const Target& t = *target;
   ::signal(SIGINT, on_signal), ::signal(SIGTERM, on_signal), ::signal(SIGPIPE, SIG_IGN);
   TraceTarget trace_target{t.vm, t.monitor.get(), t.label, [&t] { return t.check_alive(); }, {}};
-  if (t.domain) trace_target.vcpu_threads = t.domain->vcpu_threads();
+  if (t.domain) {
+    trace_target.vcpu_threads = t.domain->vcpu_threads();
+    trace_target.real_time_vcpus = t.domain->xml().real_time_vcpus;
+  }
   auto session = TraceSession::open(trace_target, *o);
   if (!session) return fail(kName, session.error());
   std::fprintf(stderr, "kthost trace: %s\n", (*session)->describe().c_str());

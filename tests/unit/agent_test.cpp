@@ -71,6 +71,14 @@ TEST(AgentOptIn, MetadataCanOptOutAndOtherNamespacesAreIgnored) {
   EXPECT_TRUE(decide_opt_in(xml, {}).trace);
 }
 
+// Whether a vCPU thread found under SCHED_FIFO is the domain's own choice.
+TEST(DomainXmlParse, RealTimeVcpusComeFromCputuneVcpusched) {
+  EXPECT_FALSE(parsed(domain_xml("vm1", true)).real_time_vcpus);
+  std::string xml = domain_xml("vm1", true);
+  xml.insert(xml.find("<devices>"), "<cputune><vcpusched vcpus='0' scheduler='fifo' priority='1'/></cputune>");
+  EXPECT_TRUE(parsed(xml).real_time_vcpus);
+}
+
 TEST(AgentBudget, EachLimitIsNamedAndResumesOnlyWhenAllowed) {
   Budgets b;
   b.total_disk_bytes = 1000, b.domain_disk_bytes = 500, b.pt_bytes_per_second = 100, b.memory_bytes = 1 << 20;

@@ -127,6 +127,32 @@ TEST(HolderBoost, AThreadAlreadyRealTimeIsLeftAsItIsAndSaidOnce) {
   EXPECT_NE(notices[0].find("already runs under a real-time policy (priority 5)"), std::string::npos) << notices[0];
 }
 
+// A kthost killed inside a boost leaves the thread raised; the next session
+// for a VM that asks for no real-time vCPUs sets it back. Other real-time
+// threads (another priority) are not its doing and stay.
+TEST(HolderBoost, AThreadLeftRaisedAtItsPriorityIsSetBack) {
+  if (geteuid() != 0) GTEST_SKIP() << "making a thread real-time needs CAP_SYS_NICE";
+  ParkedThread left, other;
+  sched_param p{};
+  p.sched_priority = 1;
+  ASSERT_EQ(::sched_setscheduler(left.tid(), SCHED_FIFO, &p), 0);
+  p.sched_priority = 7;
+  ASSERT_EQ(::sched_setscheduler(other.tid(), SCHED_FIFO, &p), 0);
+  std::vector<std::string> notices;
+  HolderBoost b({{0, left.tid()}, {1, other.tid()}}, 1, [&](const std::string& s) { notices.push_back(s); });
+  b.lower_leftovers();
+  EXPECT_EQ(policy_of(left.tid()), SCHED_OTHER);
+  EXPECT_EQ(policy_of(other.tid()), SCHED_FIFO);
+  EXPECT_EQ(b.stats().leftovers, 1u);
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_NE(notices[0].find("left raised by a kthost that did not end cleanly"), std::string::npos) << notices[0];
+  // It is then raised and lowered as any other.
+  b.hold_seen(1, 0, Clock::now());
+  EXPECT_EQ(policy_of(left.tid()), SCHED_FIFO);
+  b.holds_waiting({}, Clock::now());
+  EXPECT_EQ(policy_of(left.tid()), SCHED_OTHER);
+}
+
 // A thread that has exited (QEMU gone): counted, said once, nothing raised.
 TEST(HolderBoost, AThreadThatIsGoneIsAnErrorSaidOnce) {
   int gone = 0;

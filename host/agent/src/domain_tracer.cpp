@@ -299,6 +299,7 @@ void DomainTracer::run() {
         std::shared_ptr<LibvirtDomain> domain = r.domain;
         TraceTarget target{domain->description(), r.monitor.get(), "domain " + name_,
                            [domain] { return domain->check_alive(); }, domain->vcpu_threads()};
+        target.real_time_vcpus = domain->xml().real_time_vcpus;
         auto session = TraceSession::open(target, options);
         if (!session) {
           fs::remove_all(options.out_dir, ec);  // a session that never began leaves nothing to read

@@ -142,6 +142,7 @@ Result<DomainXml> DomainXml::parse(const std::string& xml) {
       else if (key == "trigger") d.pt_plugin_trigger = std::string(value);
     }
   }
+  d.real_time_vcpus = x.count("/domain/cputune/vcpusched") > 0;
   xmlXPathRegisterNs(ctx.get(), xc("kthost"), xc(kAgentMetadataNamespace));
   d.has_agent_metadata = x.count("/domain/metadata/kthost:trace") > 0;
   if (d.has_agent_metadata) {

@@ -20,6 +20,24 @@ void HolderBoost::say_once(const std::string& text) {
   if (notice_) notice_(text);
 }
 
+void HolderBoost::lower_leftovers() {
+  for (const auto& [cpu, tid] : tids_) {
+    auto now = thread_scheduling(tid);
+    if (!now || now->policy != SCHED_FIFO || now->priority != priority_) continue;
+    if (auto st = set_thread_scheduling(tid, {SCHED_OTHER, 0}); !st) {
+      ++stats_.errors;
+      say_once("holder boost: " + st.error().message);
+      continue;
+    }
+    ++stats_.leftovers;
+    if (notice_)
+      notice_("holder boost: vCPU " + std::to_string(cpu) + "'s thread " + std::to_string(tid) +
+              " ran under SCHED_FIFO " + std::to_string(priority_) +
+              ", which its VM does not ask for: left raised by a kthost that did not end cleanly; set back to "
+              "normal scheduling");
+  }
+}
+
 void HolderBoost::hold_seen(uint64_t id, uint32_t cpu, Clock::time_point now) {
   if (auto it = raised_.find(cpu); it != raised_.end()) {
     it->second.ids.insert(id);

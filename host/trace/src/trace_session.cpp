@@ -453,6 +453,7 @@ Result<std::unique_ptr<TraceSession>> TraceSession::open(TraceParts parts, const
         else s->notice("holder boost off: " + asked.error().message);
       }
       s->boost.emplace(std::move(threads), options.holder_boost, options.notice);
+      if (!target.real_time_vcpus) s->boost->lower_leftovers();
     }
   }
   if (options.guard) {
@@ -581,7 +582,7 @@ Result<TraceSummary> TraceSession::finish(const std::string& reason) {
     const HolderBoostStats& b = s.boost_stats;
     sum.extra["holder_boost"] = {{"priority", s.options.holder_boost}, {"boosts", b.boosts},
                                  {"timeouts", b.timeouts}, {"errors", b.errors},
-                                 {"no_thread", b.no_thread}, {"max_ms", b.max_ms}};
+                                 {"no_thread", b.no_thread}, {"leftovers", b.leftovers}, {"max_ms", b.max_ms}};
   }
   if (!s.saver->lost_unloads().empty()) sum.extra["lost_unload_examples"] = s.saver->lost_unloads();
   if (s.pt && s.pt->kind() == "hardware") {

@@ -29,6 +29,9 @@ struct DomainXml {
   std::string console_log;   // <serial type='file'><source path=...>, or <log file=...>
   std::string kernel;        // <os><kernel>, informational
   bool has_qemu_plugin = false;  // <qemu:commandline> passes -plugin
+  // <cputune><vcpusched>: libvirt runs (some of) its vCPU threads under a
+  // real-time policy of the domain's own choosing.
+  bool real_time_vcpus = false;
   // The software PT plugin's out= and trigger= arguments, from the -plugin
   // argument's value ("file=...ktpt.so,out=DIR,trigger=FILE").
   std::string pt_plugin_out, pt_plugin_trigger;

@@ -13,10 +13,11 @@
 //
 // The priority is below that of kthost's hold-answering threads, which
 // therefore still run when boosted holders fill every CPU. A vCPU thread
-// that already runs under a real-time policy (libvirt's <vcpusched>, or a
-// boost left by a kthost killed with SIGKILL inside one: up to kMaxBoost a
-// hold) is left alone, and said so once. Not thread-safe: one owner (the
-// mirror's poller).
+// that already runs under a real-time policy (libvirt's <vcpusched>) is left
+// alone, and said so once. A kthost killed with SIGKILL inside a boost (up
+// to kMaxBoost a hold) leaves its thread raised: lower_leftovers() sets such
+// threads back when the VM's configuration asks for no real-time vCPUs. Not
+// thread-safe: one owner (the mirror's poller).
 #pragma once
 
 #include <chrono>
@@ -37,6 +38,7 @@ struct HolderBoostStats {
   uint64_t timeouts = 0;   // ... and lowered after kMaxBoost, their hold still waiting
   uint64_t errors = 0;     // raising or lowering failed (said once)
   uint64_t no_thread = 0;  // holds on a guest CPU with no known vCPU thread
+  uint64_t leftovers = 0;  // threads found raised by an earlier kthost, set back
   double max_ms = 0;       // the longest boost
 };
 
@@ -52,6 +54,10 @@ class HolderBoost {
   HolderBoost(const HolderBoost&) = delete;
   HolderBoost& operator=(const HolderBoost&) = delete;
 
+  // Only for a VM whose configuration runs no vCPU under a real-time policy:
+  // every vCPU thread under SCHED_FIFO at this boost's priority was left so
+  // by an earlier kthost and goes back to normal scheduling (said, counted).
+  void lower_leftovers();
   // Hold `id` seen waiting on guest CPU `cpu`: its vCPU thread is raised.
   void hold_seen(uint64_t id, uint32_t cpu, Clock::time_point now);
   // The holds still waiting (ktguard's mirror, just read): each raised

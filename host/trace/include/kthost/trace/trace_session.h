@@ -46,6 +46,11 @@ struct TraceTarget {
   // The vCPU threads as this host numbers them (a libvirt in a pod's pid
   // namespace gives them translated); empty: asked of the monitor.
   std::vector<VcpuThread> vcpu_threads;
+  // Whether the VM's own configuration runs vCPU threads under a real-time
+  // policy (libvirt's <vcpusched>). When it does not, a vCPU thread found
+  // under SCHED_FIFO at the holder boost's priority was left raised by a
+  // kthost that was killed inside a boost, and is set back.
+  bool real_time_vcpus = false;
 };
 
 
