@@ -8,10 +8,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
+#include "kthost/common/pi_mutex.h"
 #include "kthost/trace/holder_boost.h"
 
 namespace kt {
@@ -165,6 +168,52 @@ TEST(HolderBoost, AThreadThatIsGoneIsAnErrorSaidOnce) {
   EXPECT_EQ(b.stats().errors, 2u);
   ASSERT_EQ(notices.size(), 1u);
   EXPECT_NE(notices[0].find("thread " + std::to_string(gone)), std::string::npos) << notices[0];
+}
+
+}  // namespace
+}  // namespace kt
+
+namespace kt {
+namespace {
+
+// The kernel's effective priority of a thread (/proc/.../sched "prio": 120
+// for nice 0, 99 - P under SCHED_FIFO P), which shows inheritance.
+int effective_prio(int tid) {
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/sched");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("prio", 0) == 0) return std::stoi(line.substr(line.find(':') + 1));
+  return -1;
+}
+
+// While a SCHED_FIFO thread waits for a PiMutex, the normal thread that holds
+// it runs at the waiter's priority, and drops back when it unlocks.
+TEST(PiMutex, TheHolderRunsAtAWaitingRealTimeThreadsPriority) {
+  if (geteuid() != 0) GTEST_SKIP() << "a SCHED_FIFO waiter needs CAP_SYS_NICE";
+  PiMutex m;
+  std::atomic<int> holder_tid{0};
+  std::atomic<bool> release{false}, waiter_done{false};
+  m.lock();
+  holder_tid = static_cast<int>(::syscall(SYS_gettid));
+  const int before = effective_prio(holder_tid);
+  std::thread waiter([&] {
+    ASSERT_TRUE(set_this_thread_fifo(2));
+    std::lock_guard<PiMutex> lock(m);
+    waiter_done = true;
+  });
+  int during = before;
+  for (int i = 0; i < 2000 && during == before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    during = effective_prio(holder_tid);
+  }
+  EXPECT_EQ(during, 99 - 2);  // inherited from the waiter
+  EXPECT_FALSE(waiter_done);
+  m.unlock();
+  waiter.join();
+  EXPECT_TRUE(waiter_done);
+  EXPECT_EQ(effective_prio(holder_tid), before);
+  EXPECT_TRUE(m.try_lock());
+  m.unlock();
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "kthost/capture/pt_capture.h"
 #include "kthost/capture/text_saver.h"
 #include "kthost/common/io.h"
+#include "kthost/common/pi_mutex.h"
 #include "kthost/common/strings.h"
 #include "kthost/common/thread_setup.h"
 #include "kthost/introspect/kernel_layout.h"
@@ -115,7 +116,7 @@ struct TraceSession::State {
   std::optional<GuardMirror> mirror;  // ktguard's notices polled from guest RAM (with ack words)
   std::optional<HolderBoost> boost;   // raises a holder's vCPU thread (mirror thread only)
   HolderBoostStats boost_stats;       // copied from boost when the mirror thread ends
-  mutable std::mutex saver_mu;
+  mutable PiMutex saver_mu;  // priority inheritance: the hold threads are SCHED_FIFO
   std::vector<TextRecord> pending_texts;  // under saver_mu
   SidebandView view;                      // the reader's, as of the last step
   TscOffsetEstimator clock;
@@ -168,16 +169,16 @@ struct TraceSession::State {
     if (options.notice) options.notice(text);
   }
   LossCounters losses() const {
-    std::lock_guard<std::mutex> lock(saver_mu);
+    std::lock_guard<PiMutex> lock(saver_mu);
     return LossCounters::collect(log, view.stats, saver->stats(), guard ? guard->totals().acks_failed : 0);
   }
   HoldTotals hold_totals() const {
-    std::lock_guard<std::mutex> lock(saver_mu);
+    std::lock_guard<PiMutex> lock(saver_mu);
     return guard ? guard->totals() : HoldTotals{};
   }
   // On the reader thread: a hold, answered at once.
   void answer(const SidebandEvent& ev, const GuardNoticeEvent& n, const SidebandReader::AckSender& ack) {
-    std::lock_guard<std::mutex> lock(saver_mu);
+    std::lock_guard<PiMutex> lock(saver_mu);
     if (mirror && n.ack_addr && !mirror->located()) {
       if (auto st = mirror->locate(n.ack_addr); !st && !mirror_error_shown) {
         mirror_error_shown = true;
@@ -223,7 +224,7 @@ void TraceSession::State::use_kernel_page_tables() {
   for (const auto& s : view.state->symbols)
     if (s.name == "init_top_pgt" && s.module.empty()) sym = &s;
   if (!sym) return notice("init_top_pgt is not among the guest's symbols: copies walk the page tables the trace began on");
-  std::lock_guard<std::mutex> lock(saver_mu);
+  std::lock_guard<PiMutex> lock(saver_mu);
   const uint64_t old_root = walker->config().root;
   if (!walker->walk(layout.text_start)) return;
   auto root = walker->virt_to_phys(sym->addr);
@@ -242,7 +243,7 @@ void TraceSession::State::write_hold_lines() {
   if (!guard) return;
   std::string lines;
   {
-    std::lock_guard<std::mutex> lock(saver_mu);
+    std::lock_guard<PiMutex> lock(saver_mu);
     lines = guard->take_lines();
   }
   guard->write_lines(lines);
@@ -256,7 +257,7 @@ void TraceSession::State::find_mirror_by_symbol() {
       view.state.get() == mirror_looked_up_in)
     return;
   mirror_looked_up_in = view.state.get();
-  std::lock_guard<std::mutex> lock(saver_mu);
+  std::lock_guard<PiMutex> lock(saver_mu);
   if (mirror->located()) return;
   // Tables that no longer map the kernel: the session began while the guest
   // booted, and is replaced (page_tables_still_valid); the notice finds it.
@@ -270,7 +271,7 @@ void TraceSession::State::handle(const SidebandEvent& ev, uint64_t received_tsc)
   if (const auto* g = std::get_if<GuardStateEvent>(&ev.body)) on_guard_state(*g);
   if (const auto* g = std::get_if<GuardHooksEvent>(&ev.body)) on_guard_hooks(*g);
   if (!std::holds_alternative<GuardNoticeEvent>(ev.body)) {  // holds were answered on the reader thread
-    std::lock_guard<std::mutex> lock(saver_mu);
+    std::lock_guard<PiMutex> lock(saver_mu);
     saver->on_event(ev);
   }
   if (auto st = bundle->append_event_json(to_json(ev)); !st) end("bundle: " + st.error().message, true);
@@ -293,7 +294,7 @@ void TraceSession::State::on_guard_state(const GuardStateEvent& g) {
   guest_guard = now;
   if (!options.guard) return;
   {
-    std::lock_guard<std::mutex> lock(saver_mu);
+    std::lock_guard<PiMutex> lock(saver_mu);
     saver->set_guard(on);
     // A new guard session: ktguard may have been reloaded (a new block, ids from 1).
     if (mirror) mirror->forget();
@@ -310,7 +311,7 @@ void TraceSession::State::on_guard_hooks(const GuardHooksEvent& g) {
   if (!options.guard) return;
   std::vector<std::string> unheld;
   {
-    std::lock_guard<std::mutex> lock(saver_mu);
+    std::lock_guard<PiMutex> lock(saver_mu);
     unheld = saver->set_guard_hooks(g.hooks);
   }
   if (g.malformed) notice("the guest's guard hook list had " + std::to_string(g.malformed) + " malformed line(s)");
@@ -336,7 +337,7 @@ void TraceSession::State::mirror_loop() {
     const bool busy = before_sleep - last_activity < std::chrono::milliseconds(200);
     std::this_thread::sleep_for(busy ? std::chrono::microseconds(100) : std::chrono::milliseconds(1));
     const auto woke = Clock::now();
-    std::lock_guard<std::mutex> lock(saver_mu);
+    std::lock_guard<PiMutex> lock(saver_mu);
     const MirrorPollTiming timing{us(woke - before_sleep), us(Clock::now() - woke)};
     if (!mirror || !mirror->located() || !guard) {
       if (boost) boost->end_all(Clock::now());
@@ -365,7 +366,7 @@ void TraceSession::State::mirror_loop() {
     }
     if (!got->empty()) last_activity = Clock::now();
   }
-  std::lock_guard<std::mutex> lock(saver_mu);
+  std::lock_guard<PiMutex> lock(saver_mu);
   if (boost) {
     boost->end_all(Clock::now());
     boost_stats = boost->stats();
@@ -375,7 +376,7 @@ void TraceSession::State::mirror_loop() {
 void TraceSession::State::store_pending_texts() {
   std::vector<TextRecord> texts;
   {
-    std::lock_guard<std::mutex> lock(saver_mu);
+    std::lock_guard<PiMutex> lock(saver_mu);
     texts.swap(pending_texts);
   }
   for (const auto& r : texts) {
@@ -512,7 +513,7 @@ bool TraceSession::step(std::chrono::milliseconds wait) {
 bool TraceSession::ready() const { return s_->view.handshake_done && s_->view.state && s_->view.state->complete; }
 
 Status TraceSession::page_tables_still_valid() {
-  std::lock_guard<std::mutex> lock(s_->saver_mu);
+  std::lock_guard<PiMutex> lock(s_->saver_mu);
   KT_TRY(s_->walker->walk(s_->layout.text_start));
   return ok_status();
 }
