@@ -192,7 +192,7 @@ TEST(PiMutex, TheHolderRunsAtAWaitingRealTimeThreadsPriority) {
   if (geteuid() != 0) GTEST_SKIP() << "a SCHED_FIFO waiter needs CAP_SYS_NICE";
   PiMutex m;
   std::atomic<int> holder_tid{0};
-  std::atomic<bool> release{false}, waiter_done{false};
+  std::atomic<bool> waiter_done{false};
   m.lock();
   holder_tid = static_cast<int>(::syscall(SYS_gettid));
   const int before = effective_prio(holder_tid);
