@@ -32,6 +32,19 @@ namespace kt {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+// A SCHED_FIFO priority option, 0 (off) .. max.
+Result<int> parse_priority(const char* option, const std::string& word, uint64_t max) {
+  auto prio = parse_u64(word, 10);
+  if (!prio || *prio > max)
+    return Error(ErrorCode::InvalidArgument,
+                 std::string(option) + " takes 0.." + std::to_string(max) + ", not \"" + word + "\"");
+  return static_cast<int>(*prio);
+}
+
+}  // namespace
+
 Result<TraceOptions> parse_trace_options(const TraceOptionWords& w) {
   TraceOptions o;
   KT_ASSIGN_OR_RETURN(o.backend, parse_backend_choice(w.backend.value_or("auto")));
@@ -48,20 +61,14 @@ Result<TraceOptions> parse_trace_options(const TraceOptionWords& w) {
     o.guard_nice = negative ? -static_cast<int>(*magnitude) : static_cast<int>(*magnitude);
   }
   if (w.guard_rt) {
-    auto prio = parse_u64(*w.guard_rt, 10);
-    if (!prio || *prio > 99)
-      return Error(ErrorCode::InvalidArgument, "--guard-rt takes 0..99, not \"" + *w.guard_rt + "\"");
-    o.guard_rt = static_cast<int>(*prio);
+    KT_ASSIGN_OR_RETURN(o.guard_rt, parse_priority("--guard-rt", *w.guard_rt, 99));
   }
   // The holder's priority stays below the answering threads' (by default one
   // below; none when they run under normal scheduling).
   o.holder_boost = o.guard_rt > 1 ? o.guard_rt - 1 : 0;
   if (w.holder_boost) {
-    auto prio = parse_u64(*w.holder_boost, 10);
-    if (!prio || *prio > 98)
-      return Error(ErrorCode::InvalidArgument, "--holder-boost takes 0..98, not \"" + *w.holder_boost + "\"");
-    o.holder_boost = static_cast<int>(*prio);
-    if (o.holder_boost && static_cast<int>(*prio) >= o.guard_rt)
+    KT_ASSIGN_OR_RETURN(o.holder_boost, parse_priority("--holder-boost", *w.holder_boost, 98));
+    if (o.holder_boost && o.holder_boost >= o.guard_rt)
       return Error(ErrorCode::InvalidArgument,
                    "--holder-boost " + *w.holder_boost + " must be below --guard-rt (" + std::to_string(o.guard_rt) +
                        "): a raised holder would keep the hold-answering threads from running");
