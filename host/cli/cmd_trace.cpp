@@ -39,6 +39,7 @@ int run(const std::vector<std::string>& args) {
   auto timeout = parse_u64(opt.get_or("timeout", "3600"), 10);
   if (!o || !timeout) return fail(kName, !o ? o.error() : Error(ErrorCode::InvalidArgument, "--timeout takes seconds"));
   o->notice = say;
+  o->pt_at_open = opt.rest().empty();  // with CMD: PT from right before CMD starts
   const Target& t = *target;
   ::signal(SIGINT, on_signal), ::signal(SIGTERM, on_signal), ::signal(SIGPIPE, SIG_IGN);
   TraceTarget trace_target{t.vm, t.monitor.get(), t.label, [&t] { return t.check_alive(); }, {}};
@@ -53,6 +54,7 @@ int run(const std::vector<std::string>& args) {
   if (!opt.rest().empty()) {
     if (!(*session)->wait_ready(std::chrono::seconds(60)))
       return fail(kName, Error(ErrorCode::Timeout, "the guest helper did not send its state within 60 s"));
+    if (auto started = (*session)->start_pt(); !started) return fail(kName, started.error());
     auto w = GuestWorkload::start(t.vm.exec_channel, opt.rest(), std::chrono::seconds(*timeout));
     if (!w) return fail(kName, w.error().with_context("starting the command in the guest"));
     workload = std::move(*w);

@@ -117,6 +117,7 @@ struct TraceSession::State {
   KernelLayout layout;
   std::unique_ptr<PageWalker> walker;
   std::unique_ptr<PtCapture> pt;
+  bool pt_on = false;  // started (polled and stopped only then)
   std::unique_ptr<BundleWriter> bundle;
   std::unique_ptr<TextSaver> saver;
   std::optional<GuardResponder> guard;
@@ -469,8 +470,10 @@ Result<std::unique_ptr<TraceSession>> TraceSession::open(TraceParts parts, const
                         GuardResponder::create(*s->saver, {}, options.out_dir + "/holds.jsonl", options.notice));
     s->guard.emplace(std::move(responder));
   }
-  if (s->pt)
+  if (s->pt && options.pt_at_open) {
     if (auto started = s->pt->start(); !started) return started.error().with_context("starting PT");
+    s->pt_on = true;
+  }
   // The initial text: every executable range of the kernel, modules and BPF
   // packs, read now (later changes come through the sideband).
   SnapshotSummary snap;
@@ -504,7 +507,7 @@ bool TraceSession::step(std::chrono::milliseconds wait) {
   }
   s.handle_batches(std::move(*batches));
   if (s.ended) return false;
-  if (s.pt)
+  if (s.pt_on)
     if (auto st = s.pt->poll(s.pt_sink()); !st) {
       s.end("PT: " + st.error().message, true);
       return false;
@@ -525,6 +528,15 @@ Status TraceSession::page_tables_still_valid() {
   return ok_status();
 }
 
+Status TraceSession::start_pt() {
+  State& s = *s_;
+  if (!s.pt || s.pt_on) return ok_status();
+  if (auto started = s.pt->start(); !started) return started.error().with_context("starting PT");
+  s.pt_on = true;
+  s.start = Clock::now();
+  return ok_status();
+}
+
 bool TraceSession::wait_ready(std::chrono::milliseconds timeout) {
   auto deadline = Clock::now() + timeout;
   while (!ready()) {
@@ -538,7 +550,7 @@ Result<TraceSummary> TraceSession::finish(const std::string& reason) {
   s.end(reason, false);
   TraceSummary sum;
   sum.seconds = std::chrono::duration<double>(Clock::now() - s.start).count();
-  if (s.pt)
+  if (s.pt_on)
     if (auto st = s.pt->stop(s.pt_sink()); !st) {
       s.notice("PT: " + st.error().message);
       s.failed = true;

@@ -2,8 +2,8 @@
 // writes a bundle (docs/BUNDLE.md):
 //
 //   open()    guest memory and the kernel's page tables, the PT source, the
-//             bundle, the sideband channel; PT on; the initial kcore snapshot
-//             straight into the bundle.
+//             bundle, the sideband channel; PT on (or later, by start_pt());
+//             the initial kcore snapshot straight into the bundle.
 //   step()    one round: the sideband events read since the last step, text
 //             saved on loads and unloads, events and text into the bundle,
 //             PT drained; once a second: liveness, losses, clock, flush.
@@ -80,6 +80,12 @@ struct TraceOptions {
   // raised holders fill the host's CPUs. Needs CAP_SYS_NICE (a notice says
   // when it is missing).
   int holder_boost = 1;
+  // PT on in open() (true), or only at start_pt() (false): `kthost trace --
+  // CMD` starts it right before CMD, so that the session's own start (the
+  // guest helper's state dump over virtio-serial, its interrupts) is not in
+  // the trace. Text changed between the snapshot and start_pt() still comes
+  // through the sideband, which is connected before the snapshot.
+  bool pt_at_open = true;
   // Messages for the user (warnings, what was chosen); stderr in the CLI.
   std::function<void(const std::string&)> notice;
 };
@@ -138,6 +144,10 @@ class TraceSession {
   // True once the guest helper has shaken hands and sent its whole state
   // dump (what wait_ready waits for); never blocks.
   bool ready() const;
+  // PT on, for a session opened with pt_at_open false (else, or called
+  // again: nothing). The trace's seconds count from here. Errors: the PT
+  // source's (the session goes on without PT; finish() still writes).
+  Status start_pt();
   // Whether the page tables the session opened on still map the kernel's
   // text. A session opened while the guest was booting walks the early
   // tables, which the kernel drops (and its initial text predates the boot's
