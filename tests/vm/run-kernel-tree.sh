@@ -14,7 +14,12 @@
 #      equals the guest kernel's JIT bytes (check-bpf-text.py), the symbols
 #      equal the guest's /proc/kallsyms (check-symbols.py), and every source
 #      line the report gives equals LLVM's llvm-addr2line on the tree's vmlinux
-#      (check-source-lines.py); zero guard misses.
+#      (check-source-lines.py); zero guard misses;
+#   7. scripts/kthost-ci.sh given the tree itself as its base kernel (it
+#      builds ktguard and an image from the tree) against step 3's image, 2
+#      runs each: the image it built runs the tree's release with ktguard on,
+#      the runs are clean (no desync or missing text, no run over the limits)
+#      and the exit status is 0 or 1 (check-regression.py kernels).
 #
 # usage: tests/vm/run-kernel-tree.sh BUILD_DIR [--tree DIR] [--keep DIR]
 #   --tree DIR  where the kernel tree is built or found
@@ -94,4 +99,22 @@ EOF
 "$SRC/tests/tools/check-symbols.py" "$WORK/bundle" "$WORK/report.json" "$WORK/guest-kallsyms" "$WORK/bpf.txt" ||
   fail "symbols"
 "$SRC/tests/tools/check-source-lines.py" "$TREE/vmlinux" "$WORK/report.json" || fail "source lines"
+
+say "7. kthost-ci.sh --base TREE --new (step 3's image), 2 runs each"
+"$SRC/vm-images/ktvm" stop --vm "$STATE/vm.json" >/dev/null 2>&1 || true
+set +e
+"$SRC/scripts/kthost-ci.sh" --build "$BUILD" --base "$TREE" --new "$WORK/image" --runs 2 \
+  --workload "$SRC/tests/vm/ktregress/syscalls.sh" --out "$WORK/ci" >"$WORK/ci.md" 2>"$WORK/ci.log"
+status=$?
+set -e
+grep 'kthost-ci: time' "$WORK/ci.log" | sed 's/^/   /'
+[ "$status" -le 1 ] || { tail -n 20 "$WORK/ci.log"; fail "kthost-ci.sh failed (status $status)"; }
+built=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['kernel_release'])" "$WORK/ci/base/image/manifest.json")
+[ "$built" = "$release" ] || fail "kthost-ci.sh built an image of '$built', not the tree's $release"
+for r in "$WORK"/ci/base/run-*/summary.json; do
+  guard=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['guest_guard'])" "$r")
+  [ "$guard" = on ] || fail "$r: the guest's guard is '$guard', not on (ktguard for the tree)"
+done
+say "   kthost-ci.sh built an image of $built with ktguard, status $status"
+python3 "$SRC/tests/tools/check-regression.py" kernels "$WORK/ci" "$status" || fail "kthost-ci.sh on the tree"
 say "all checks passed on $release"
