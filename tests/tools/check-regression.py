@@ -72,12 +72,44 @@ def common(d):
     return j
 
 
+# kthost's own footprint in a traced run, as an upper bound: every stack
+# through its guest channel's driver (virtio_console: the helper's frames and
+# the command's start and exit), its guard module, or any virtio interrupt
+# (the channel's among them). Before PT waited for the command, the helper's
+# state dump put 0.2-0.9% of a ktregress run's instructions in its virtio
+# interrupts alone (own counts of vring_interrupt, vp_vring_interrupt and
+# their callees).
+FOOTPRINT_TAGS = ("[virtio_console]", "[ktguard]", "vring_interrupt")
+FOOTPRINT_LIMIT = 0.005
+
+
+def footprint(d):
+    worst = 0.0
+    for side in ("base", "new"):
+        runs = sorted(f for f in os.listdir(os.path.join(d, side)) if re.fullmatch(r"run-\d+\.folded", f))
+        shares = []
+        for name in runs:
+            total = mine = 0
+            for line in open(os.path.join(d, side, name)):
+                stack, count = line.rsplit(" ", 1)
+                total += int(count)
+                if any(tag in stack for tag in FOOTPRINT_TAGS):
+                    mine += int(count)
+            shares.append(mine / total if total else 1.0)
+        worst = max([worst] + shares)
+        print(f"      {side}: kthost's footprint per run (upper bound) " +
+              " ".join(f"{x * 100:.3f}%" for x in shares))
+    check(worst < FOOTPRINT_LIMIT, f"kthost's footprint under {FOOTPRINT_LIMIT * 100:.1f}% of every run: "
+          f"worst {worst * 100:.3f}%")
+
+
 def main():
     mode, d, status = sys.argv[1], sys.argv[2], int(sys.argv[3])
     out = os.path.join(d, "diff")
     if not os.path.exists(os.path.join(out, "regression.json")):
         raise SystemExit(f"FAIL  {mode}: no {out}/regression.json (kthost-ci.sh exited {status})")
     j = common(out)
+    footprint(d)
     grew = [x for x in j["self"] if x["kind"] in ("grew", "new")]
     if mode == "injected":
         (ko_a, loops_a), (ko_b, loops_b) = [a.rsplit(":", 1) for a in sys.argv[4:6]]
