@@ -7,7 +7,8 @@
 #      exactly the count the module's own machine code gives: objdump of each
 #      .ko, instructions before the loop + LOOPS x the loop body + after it,
 #      times the workload's 20 calls; nothing else's own instructions
-#      flagged; its caller's inclusive count flagged (other inclusive changes,
+#      flagged; the inclusive counts of it and of every caller on its stacks
+#      (the syscall path of the echo) flagged (other inclusive changes,
 #      driven by the longer run, are printed). Exit status 1.
 #   2. the same image on both sides: no regression, exit status 0.
 #   3. two real kernels (the generic ABI before the default one, from the
