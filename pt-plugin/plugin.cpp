@@ -429,12 +429,25 @@ bool trigger_on() {
   return false;
 }
 
+// OUT/started: PT is on; every block a vCPU starts from now is traced.
+// Kept while the trigger is on (a reader removes it before switching on).
+void confirm_started() {
+  const std::string path = g_config.out_dir + "/" KTHOST_PT_FILE_STARTED;
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0) return;
+  if (FILE* f = std::fopen(path.c_str(), "w")) {
+    std::fprintf(f, "off_generation=%u\n", g_off_generation.load());
+    std::fclose(f);
+  }
+}
+
 void poll_trigger() {
   while (!g_stop_poller.load()) {
     const bool on = trigger_on();
     if (!on && g_enabled.load(std::memory_order_relaxed))
       g_off_generation.fetch_add(1, std::memory_order_release);
     g_enabled.store(on, std::memory_order_release);
+    if (on) confirm_started();
     std::this_thread::sleep_for(std::chrono::milliseconds(KTHOST_PT_TRIGGER_POLL_MS));
   }
 }

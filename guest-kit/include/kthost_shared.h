@@ -62,12 +62,16 @@ static inline const char* kthost_text_kind_name(unsigned kind) {
  * trigger holding a process id is on only while that process lives. The
  * plugin looks at the trigger every KTHOST_PT_TRIGGER_POLL_MS. After each
  * switch-off, and at exit, it creates DIR/cpuN.stopped once vCPU N's stream
- * is wholly written (a reader removes the markers before switching on). */
+ * is wholly written (a reader removes the markers before switching on).
+ * While the trigger is on, it keeps DIR/started, created only after every
+ * vCPU's next block is traced: a reader removes it before switching on and
+ * waits for it, so what the guest runs after that is in the trace. */
 #define KTHOST_PT_FILE_PREFIX "cpu"
 #define KTHOST_PT_FILE_PACKETS ".pt"
 #define KTHOST_PT_FILE_GROUND_TRUTH ".gt"
 #define KTHOST_PT_FILE_STATS ".stats"
 #define KTHOST_PT_FILE_STOPPED ".stopped"
+#define KTHOST_PT_FILE_STARTED "started"
 #define KTHOST_PT_TRIGGER_POLL_MS 20
 
 #endif

@@ -1,13 +1,18 @@
-// PtCapture::stop with the software plugin: a trace's stream is read only
-// once every vCPU has confirmed its end (cpuN.stopped); a vCPU that sleeps
-// through the switch-off is woken by a VM stop/cont; one that never confirms
-// is named, never silently cut short. The plugin and QEMU are played by a
-// FAKE monitor that writes the plugin's files the way ktpt.so does.
+// PtCapture with the software plugin. start() returns only once the plugin
+// confirms it traces (<out>/started), never on an earlier trace's marker.
+// stop(): a trace's stream is read only once every vCPU has confirmed its
+// end (cpuN.stopped); a vCPU that sleeps through the switch-off is woken by
+// a VM stop/cont; one that never confirms is named, never silently cut
+// short. The plugin is played by a FAKE poller thread and QEMU by a FAKE
+// monitor; both write the plugin's files the way ktpt.so does.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
+#include <chrono>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kthost/capture/pt_capture.h"
@@ -60,6 +65,33 @@ class FakeQemuMonitor final : public Monitor {
   std::function<void()> on_stop;
 };
 
+// FAKE plugin poller: like ktpt.so's, it sees the trigger some polls late and
+// then writes <out>/started.
+class FakePluginPoller {
+ public:
+  FakePluginPoller(std::string trigger, std::string started) {
+    thread_ = std::thread([this, trigger, started] {
+      while (!done_) {
+        if (exists(trigger) && !exists(started)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(30));  // a late poll
+          std::ofstream(started) << "off_generation=0\n";
+          ++confirmations;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    });
+  }
+  ~FakePluginPoller() {
+    done_ = true;
+    thread_.join();
+  }
+  std::atomic<int> confirmations{0};
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
 struct Captured {
   std::string bytes[2];
 };
@@ -83,7 +115,9 @@ class PtCaptureStop : public ::testing::Test {
     auto c = PtCapture::software(tree.path("pt"), tree.path("pt-on"), 2, &monitor);
     ASSERT_TRUE(c) << c.error().message;
     capture = std::move(*c);
+    poller = std::make_unique<FakePluginPoller>(tree.path("pt-on"), tree.path("pt/" KTHOST_PT_FILE_STARTED));
   }
+  void TearDown() override { poller.reset(); }
   // The plugin's part once the trigger is gone: vCPU `cpu` writes its last
   // packets, then its marker.
   void end_stream(int cpu, const std::string& last) {
@@ -93,7 +127,25 @@ class PtCaptureStop : public ::testing::Test {
   testing::TempTree tree;
   FakeQemuMonitor monitor;
   std::unique_ptr<PtCapture> capture;
+  std::unique_ptr<FakePluginPoller> poller;
 };
+
+TEST_F(PtCaptureStop, StartReturnsOnlyOnceThePluginConfirms) {
+  ASSERT_TRUE(capture->start());
+  EXPECT_TRUE(exists(tree.path("pt/" KTHOST_PT_FILE_STARTED)));
+  EXPECT_EQ(poller->confirmations.load(), 1);
+}
+
+TEST_F(PtCaptureStop, AnEarlierTracesStartedMarkerIsNotTakenAsConfirmation) {
+  poller.reset();  // no plugin sees the trigger
+  tree.write("pt/" KTHOST_PT_FILE_STARTED, "off_generation=0\n");
+  capture->set_start_timeout(std::chrono::milliseconds(200));
+  auto st = capture->start();
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().code, ErrorCode::Timeout);
+  EXPECT_NE(st.error().message.find("did not confirm it switched on"), std::string::npos) << st.error().message;
+  EXPECT_FALSE(exists(tree.path("pt-on"))) << "the trigger must not be left on";
+}
 
 TEST_F(PtCaptureStop, StartRemovesAnEarlierTracesMarkers) {
   ASSERT_TRUE(capture->start());

@@ -60,6 +60,7 @@ Result<std::unique_ptr<PtCapture>> PtCapture::software(const std::string& out_di
   auto c = std::unique_ptr<PtCapture>(new PtCapture());
   c->kind_ = "software";
   c->trigger_ = trigger;
+  c->started_path_ = out_dir + "/" KTHOST_PT_FILE_STARTED;
   c->monitor_ = monitor;
   for (int i = 0; i < vcpus; ++i) {
     const std::string base = out_dir + "/" KTHOST_PT_FILE_PREFIX + std::to_string(i);
@@ -97,16 +98,42 @@ Status PtCapture::start() {
       if (::unlink(s.stopped_path.c_str()) != 0 && errno != ENOENT) return io_error("remove " + s.stopped_path, errno);
       s.offset = file_size(s.path);
     }
+    if (::unlink(started_path_.c_str()) != 0 && errno != ENOENT) return io_error("remove " + started_path_, errno);
     unconfirmed_.clear();
     // Our pid in the trigger: the plugin switches itself off if we die.
     UniqueFd fd(::open(trigger_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd.valid()) return io_error("create the PT plugin's trigger " + trigger_, errno);
     std::string pid = std::to_string(::getpid()) + "\n";
-    if (::write(fd.get(), pid.data(), pid.size()) != static_cast<ssize_t>(pid.size()))
-      return io_error("write " + trigger_, errno);
+    if (::write(fd.get(), pid.data(), pid.size()) != static_cast<ssize_t>(pid.size())) {
+      Error e = io_error("write " + trigger_, errno);
+      (void)::unlink(trigger_.c_str());
+      return e;
+    }
+    // The plugin sees the trigger at its next poll: until it confirms, what
+    // the guest runs is not traced, so nothing may start before that.
+    const auto asked = std::chrono::steady_clock::now();
+    const bool confirmed = wait_for_file(started_path_, start_timeout_);
+    start_wait_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - asked).count();
+    if (!confirmed) {
+      (void)::unlink(trigger_.c_str());
+      return Error(ErrorCode::Timeout, "the software PT plugin did not confirm it switched on (no " + started_path_ +
+                                           " within " + std::to_string(start_timeout_.count()) +
+                                           " ms of creating " + trigger_ +
+                                           "): is the guest's QEMU running this build's ktpt.so?");
+    }
   }
   running_ = true;
   return {};
+}
+
+bool PtCapture::wait_for_file(const std::string& path, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  struct stat st {};
+  while (::stat(path.c_str(), &st) != 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 Status PtCapture::tail(Stream& s, const Sink& sink) {

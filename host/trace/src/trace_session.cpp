@@ -598,6 +598,7 @@ Result<TraceSummary> TraceSession::finish(const std::string& reason) {
   sum.text_bytes = s.text_bytes;
   sum.pt_source = pt_source();
   sum.pt_bytes = s.pt ? s.pt->total_bytes() : 0;
+  if (s.pt && s.pt->kind() == "software") sum.extra["pt_start_wait_ms"] = s.pt->start_wait_ms();
   if (s.boost) {
     const HolderBoostStats& b = s.boost_stats;
     sum.extra["holder_boost"] = {{"priority", s.options.holder_boost}, {"boosts", b.boosts},

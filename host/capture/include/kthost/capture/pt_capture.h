@@ -2,8 +2,10 @@
 // writes them, collected into a sink as they grow.
 //
 //   software  the TCG plugin (pt-plugin/ktpt.so) writes <out>/cpuN.pt while
-//             its trigger file exists: start() creates the trigger, stop()
-//             removes it; bytes the files held before start() are skipped.
+//             its trigger file exists: start() creates the trigger and
+//             waits for the plugin's <out>/started (from then on, all the
+//             guest runs is traced), stop() removes it; bytes the files
+//             held before start() are skipped.
 //             stop() waits for every vCPU's <out>/cpuN.stopped marker (its
 //             stream wholly written); vCPUs asleep through the switch are
 //             woken by a QMP stop/cont; a vCPU that never confirms is
@@ -65,7 +67,10 @@ class PtCapture {
                                                      const PtConfig& config);
   ~PtCapture();
 
+  // Software: returns once the plugin confirms it traces (Timeout, with the
+  // trigger removed again, if it does not within set_start_timeout()).
   Status start();
+  void set_start_timeout(std::chrono::milliseconds t) { start_timeout_ = t; }
   // Hands the sink every byte written since the last call.
   Status poll(const Sink& sink);
   // Switches the source off and hands the sink the rest. Also done (without
@@ -76,6 +81,8 @@ class PtCapture {
   std::vector<uint32_t> cpus() const;
   std::vector<PtCaptureStats> stats() const;
   uint64_t total_bytes() const;
+  // Software: how long the last start() waited for the plugin's confirmation.
+  double start_wait_ms() const { return start_wait_ms_; }
   // Software: the vCPUs whose end of stream the plugin did not confirm at
   // the last stop() (their last packets may be missing: counted as loss).
   const std::vector<uint32_t>& unconfirmed_cpus() const { return unconfirmed_; }
@@ -92,9 +99,13 @@ class PtCapture {
   Status tail(Stream& s, const Sink& sink);
   std::vector<uint32_t> waiting_for_markers() const;
   bool wait_for_markers(std::chrono::milliseconds timeout) const;
+  static bool wait_for_file(const std::string& path, std::chrono::milliseconds timeout);
+  std::chrono::milliseconds start_timeout_{10000};  // for the plugin's confirmation of start()
   Result<bool> wake_vcpus();
   std::string kind_;
   std::string trigger_;
+  std::string started_path_;  // software: the plugin's "PT is on" marker
+  double start_wait_ms_ = 0;
   bool running_ = false;
   std::vector<Stream> streams_;
   std::unique_ptr<PtHardwareSource> hw_;
