@@ -103,10 +103,19 @@ TEST_F(DecodeTest, LoopWithCallsGivesExactCounts) {
   EXPECT_EQ(p.edges.begin()->second, 3u);
   EXPECT_TRUE(p.error_counts.empty());
   EXPECT_EQ(folded_stacks(p, a.symbols), "main_func 14\nmain_func;f_func 6\n");
-  // The baseline (libipt's instruction decoder) agrees.
+  // The baselines (libipt's instruction decoder, and its block decoder used
+  // plainly) agree.
   auto base = count_insns_baseline(a.bundle.pt.at(0), *a.image);
   ASSERT_TRUE(base.ok());
   EXPECT_EQ(*base, 20u);
+  auto block_base = count_insns_block_baseline(a.bundle.pt.at(0), *a.image);
+  ASSERT_TRUE(block_base.ok());
+  EXPECT_EQ(*block_base, 20u);
+  // The phases add up to no more than the decode's time.
+  for (const char* phase : {"split", "decode", "merge", "stitch"}) EXPECT_EQ(p.phase_seconds.count(phase), 1u) << phase;
+  double sum = 0;
+  for (const auto& [name, s] : p.phase_seconds) sum += s;
+  EXPECT_LE(sum, p.seconds);
 }
 
 // A block that falls through a symbol (a label in entry code, a cold part)

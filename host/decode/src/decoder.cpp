@@ -207,6 +207,16 @@ Result<Profile> decode_profile(const std::map<uint32_t, std::vector<uint8_t>>& s
   unsigned threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
   threads = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(threads, chunks.size())));
 
+  using Clock = std::chrono::steady_clock;
+  auto lap = [last = started]() mutable {
+    auto now = Clock::now();
+    double s = std::chrono::duration<double>(now - last).count();
+    last = now;
+    return s;
+  };
+  std::map<std::string, double> phases;
+  phases["split"] = lap();
+
   std::atomic<size_t> next_chunk{0};
   std::atomic<uint64_t> done_bytes{0};
   std::vector<std::unique_ptr<PieceDecoder>> decoders;
@@ -251,13 +261,17 @@ Result<Profile> decode_profile(const std::map<uint32_t, std::vector<uint8_t>>& s
   for (auto& th : pool) th.join();
   for (auto& st : results)
     if (!st) return st.error();
+  phases["decode"] = lap();
 
   Profile out;
   out.threads = threads;
   out.bytes = total_bytes;
   std::vector<PieceStacks> stacks;
   for (size_t i = 0; i < decoders.size(); ++i) decoders[i]->merge_into(out, i, stacks);
+  phases["merge"] = lap();
   stitch_stacks(stacks, decoders, symbols.base_unknown(), out);
+  phases["stitch"] = lap();
+  out.phase_seconds = std::move(phases);
   std::sort(out.errors.begin(), out.errors.end(), [](const DecodeErrorRecord& a, const DecodeErrorRecord& b) {
     return a.cpu != b.cpu ? a.cpu < b.cpu : a.offset < b.offset;
   });

@@ -151,4 +151,39 @@ Result<uint64_t> count_insns_baseline(const std::vector<uint8_t>& stream, const 
   return count;
 }
 
+Result<uint64_t> count_insns_block_baseline(const std::vector<uint8_t>& stream, const VersionedImage& image) {
+  std::vector<uint8_t> copy;
+  const std::vector<uint8_t>& pt = padded_stream(stream, copy);
+  ImageCursor cursor(image);
+  KT_TRY(cursor.seek(0));
+  pt_config config;
+  pt_config_init(&config);
+  config.begin = const_cast<uint8_t*>(pt.data());
+  config.end = const_cast<uint8_t*>(pt.data()) + pt.size();
+  pt_block_decoder* dec = pt_blk_alloc_decoder(&config);
+  if (!dec) return Error(ErrorCode::LimitExceeded, "pt_blk_alloc_decoder failed");
+  pt_blk_set_image(dec, cursor.image());
+  uint64_t count = 0;
+  for (int status = pt_blk_sync_forward(dec); status >= 0; status = pt_blk_sync_forward(dec)) {
+    for (;;) {
+      while (status & pts_event_pending) {
+        pt_event ev;
+        status = pt_blk_event(dec, &ev, sizeof ev);
+        if (status < 0) break;
+      }
+      if (status < 0 || (status & pts_eos)) break;
+      pt_block block{};
+      status = pt_blk_next(dec, &block, sizeof block);
+      count += block.ninsn;  // a block that ended in an error still counts what it decoded
+      if (status < 0) break;
+      uint64_t tsc = 0;
+      uint32_t lost_mtc = 0, lost_cyc = 0;
+      if (pt_blk_time(dec, &tsc, &lost_mtc, &lost_cyc) >= 0 && tsc >= cursor.next_change()) cursor.advance(tsc);
+    }
+    if (status == -pte_eos) break;
+  }
+  pt_blk_free_decoder(dec);
+  return count;
+}
+
 }  // namespace kt

@@ -86,6 +86,9 @@ struct Profile {
   StackEdgeCheck stack_edges;
   unsigned threads = 1;
   double seconds = 0;
+  // Where `seconds` went: "split" (PSB pieces and chunks), "decode" (the
+  // threads), "merge" (their results into one), "stitch" (stacks across pieces).
+  std::map<std::string, double> phase_seconds;
 };
 
 // align_window: the span of the piece itself (its PSB's time to the next
@@ -131,5 +134,8 @@ Result<std::vector<TraceLine>> decode_trace(const std::map<uint32_t, std::vector
 // The benchmark's baseline: libipt's instruction decoder over a whole stream,
 // one thread, the image as of time 0 moved forward by time. Returns instructions.
 Result<uint64_t> count_insns_baseline(const std::vector<uint8_t>& pt, const VersionedImage& image);
+// The same with libipt's block decoder used plainly (as its documentation
+// shows it): the decoder kthost's own is measured against.
+Result<uint64_t> count_insns_block_baseline(const std::vector<uint8_t>& pt, const VersionedImage& image);
 
 }  // namespace kt

@@ -1,0 +1,142 @@
+// Decode benchmark on a real bundle: one decoder, N runs, one JSON line per
+// run and one with the process's peak RSS. tests/bench/run-decode-bundle-bench.sh
+// runs each decoder in its own process (so each peak RSS is its own) and
+// prints the table with ratios.
+//   bench_decode_bundle BUNDLE --decoder D [--runs N] [--threads N]
+// Decoders:
+//   libipt-insn   libipt's instruction decoder, one stream after another
+//   libipt-block  libipt's block decoder used plainly, the same way
+//   kthost        kthost's decoder (decode_profile) with --threads (0: every
+//                 core), and the report made from it; its phases are timed
+// Every decoder gets the same versioned image (the bundle's text through time).
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "kthost/decode/analysis.h"
+#include "kthost/decode/report.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+long peak_rss_kib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+int usage() {
+  std::fprintf(stderr, "usage: bench_decode_bundle BUNDLE --decoder libipt-insn|libipt-block|kthost [--runs N] "
+                       "[--threads N]\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage();
+  std::string bundle_dir = argv[1], decoder;
+  int runs = 3;
+  unsigned threads = 0;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    if (a == "--decoder") decoder = argv[i + 1];
+    else if (a == "--runs") runs = std::atoi(argv[i + 1]);
+    else if (a == "--threads") threads = static_cast<unsigned>(std::atoi(argv[i + 1]));
+    else return usage();
+  }
+  if (runs < 1 || (decoder != "libipt-insn" && decoder != "libipt-block" && decoder != "kthost")) return usage();
+
+  // Load, once: the bundle (CRCs and every PT packet checked), the image, the symbols.
+  auto t = Clock::now();
+  auto bundle = kt::read_bundle(bundle_dir, kt::analysis_read_options());
+  if (!bundle) {
+    std::fprintf(stderr, "bench_decode_bundle: %s\n", bundle.error().message.c_str());
+    return 1;
+  }
+  const double load_s = since(t);
+  t = Clock::now();
+  auto image = kt::VersionedImage::from_bundle(*bundle);
+  if (!image) {
+    std::fprintf(stderr, "bench_decode_bundle: %s\n", image.error().message.c_str());
+    return 1;
+  }
+  const double image_s = since(t);
+  t = Clock::now();
+  auto symbols = kt::Symbolizer::from_bundle(*bundle);
+  if (!symbols) {
+    std::fprintf(stderr, "bench_decode_bundle: %s\n", symbols.error().message.c_str());
+    return 1;
+  }
+  const double symbols_s = since(t);
+  uint64_t pt_bytes = 0, largest_piece = 0;
+  for (const auto& [cpu, data] : bundle->pt) {
+    pt_bytes += data.size();
+    for (const kt::Piece& p : kt::split_at_psb(cpu, data)) largest_piece = std::max(largest_piece, p.end - p.begin);
+  }
+
+  for (int run = 1; run <= runs; ++run) {
+    nlohmann::json line{{"decoder", decoder}, {"run", run}, {"pt_bytes", pt_bytes}};
+    uint64_t insns = 0;
+    t = Clock::now();
+    if (decoder == "kthost") {
+      kt::DecodeOptions o;
+      o.threads = threads;
+      o.check_stack_edges = false;
+      auto profile = kt::decode_profile(bundle->pt, **image, *symbols, o);
+      if (!profile) {
+        std::fprintf(stderr, "bench_decode_bundle: %s\n", profile.error().message.c_str());
+        return 1;
+      }
+      const double decode_s = since(t);
+      insns = profile->insns;
+      nlohmann::json phases{{"load", load_s}, {"image", image_s}, {"symbols", symbols_s}};
+      for (const auto& [name, s] : profile->phase_seconds) phases[name] = s;
+      auto r = Clock::now();
+      profile->stack_edges = kt::check_stack_edges(*profile, **image, *symbols);
+      phases["stack_edges"] = since(r);
+      r = Clock::now();
+      kt::ReportOptions ro;
+      ro.callgraph = ro.coverage = true;
+      const size_t report_size = kt::format_report_json(*profile, *symbols, ro, {}).size() +
+                                 kt::folded_stacks(*profile, *symbols).size();
+      phases["report"] = since(r);
+      line["threads"] = profile->threads;
+      line["phases"] = phases;
+      line["report_bytes"] = report_size;
+      line["seconds"] = decode_s;
+      line["decode_errors"] = profile->errors.size();
+    } else {
+      for (const auto& [cpu, data] : bundle->pt) {
+        auto n = decoder == "libipt-insn" ? kt::count_insns_baseline(data, **image)
+                                          : kt::count_insns_block_baseline(data, **image);
+        if (!n) {
+          std::fprintf(stderr, "bench_decode_bundle: cpu %u: %s\n", cpu, n.error().message.c_str());
+          return 1;
+        }
+        insns += *n;
+      }
+      line["threads"] = 1;
+      line["seconds"] = since(t);
+    }
+    line["insns"] = insns;
+    std::printf("%s\n", line.dump().c_str());
+    std::fflush(stdout);
+  }
+  nlohmann::json last{{"decoder", decoder},
+                      {"peak_rss_kib", peak_rss_kib()},
+                      {"largest_piece_bytes", largest_piece},
+                      {"image_bytes", (*image)->stats().bytes},
+                      {"pt_bytes", pt_bytes}};
+  std::printf("%s\n", last.dump().c_str());
+  return 0;
+}
