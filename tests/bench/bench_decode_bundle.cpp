@@ -34,6 +34,11 @@ long peak_rss_kib() {
   return u.ru_maxrss;
 }
 
+int failed(const std::string& what) {
+  std::fprintf(stderr, "bench_decode_bundle: %s\n", what.c_str());
+  return 1;
+}
+
 int usage() {
   std::fprintf(stderr, "usage: bench_decode_bundle BUNDLE --decoder libipt-insn|libipt-block|kthost [--runs N] "
                        "[--threads N]\n");
@@ -59,24 +64,15 @@ int main(int argc, char** argv) {
   // Load, once: the bundle (CRCs and every PT packet checked), the image, the symbols.
   auto t = Clock::now();
   auto bundle = kt::read_bundle(bundle_dir, kt::analysis_read_options());
-  if (!bundle) {
-    std::fprintf(stderr, "bench_decode_bundle: %s\n", bundle.error().message.c_str());
-    return 1;
-  }
+  if (!bundle) return failed(bundle.error().message);
   const double load_s = since(t);
   t = Clock::now();
   auto image = kt::VersionedImage::from_bundle(*bundle);
-  if (!image) {
-    std::fprintf(stderr, "bench_decode_bundle: %s\n", image.error().message.c_str());
-    return 1;
-  }
+  if (!image) return failed(image.error().message);
   const double image_s = since(t);
   t = Clock::now();
   auto symbols = kt::Symbolizer::from_bundle(*bundle);
-  if (!symbols) {
-    std::fprintf(stderr, "bench_decode_bundle: %s\n", symbols.error().message.c_str());
-    return 1;
-  }
+  if (!symbols) return failed(symbols.error().message);
   const double symbols_s = since(t);
   uint64_t pt_bytes = 0, largest_piece = 0;
   for (const auto& [cpu, data] : bundle->pt) {
@@ -93,10 +89,7 @@ int main(int argc, char** argv) {
       o.threads = threads;
       o.check_stack_edges = false;
       auto profile = kt::decode_profile(bundle->pt, **image, *symbols, o);
-      if (!profile) {
-        std::fprintf(stderr, "bench_decode_bundle: %s\n", profile.error().message.c_str());
-        return 1;
-      }
+      if (!profile) return failed(profile.error().message);
       const double decode_s = since(t);
       insns = profile->insns;
       nlohmann::json phases{{"load", load_s}, {"image", image_s}, {"symbols", symbols_s}};
@@ -119,10 +112,7 @@ int main(int argc, char** argv) {
       for (const auto& [cpu, data] : bundle->pt) {
         auto n = decoder == "libipt-insn" ? kt::count_insns_baseline(data, **image)
                                           : kt::count_insns_block_baseline(data, **image);
-        if (!n) {
-          std::fprintf(stderr, "bench_decode_bundle: cpu %u: %s\n", cpu, n.error().message.c_str());
-          return 1;
-        }
+        if (!n) return failed("cpu " + std::to_string(cpu) + ": " + n.error().message);
         insns += *n;
       }
       line["threads"] = 1;

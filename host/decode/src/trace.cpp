@@ -1,5 +1,5 @@
-// The instruction trace for a time window, and the benchmark baseline: both
-// with libipt's instruction decoder.
+// The instruction trace for a time window (libipt's instruction decoder), and
+// the benchmarks' baselines (libipt's instruction and block decoders, plainly).
 #include <intel-pt.h>
 
 #include <cstring>
@@ -116,7 +116,44 @@ Result<std::vector<TraceLine>> decode_trace(const std::map<uint32_t, std::vector
   return lines;
 }
 
-Result<uint64_t> count_insns_baseline(const std::vector<uint8_t>& stream, const VersionedImage& image) {
+namespace {
+
+// libipt's instruction and block decoders, behind one shape for count_with.
+struct InsnApi {
+  using Decoder = pt_insn_decoder;
+  static Decoder* alloc(const pt_config* c) { return pt_insn_alloc_decoder(c); }
+  static void free(Decoder* d) { pt_insn_free_decoder(d); }
+  static int set_image(Decoder* d, pt_image* i) { return pt_insn_set_image(d, i); }
+  static int sync(Decoder* d) { return pt_insn_sync_forward(d); }
+  static int event(Decoder* d, pt_event* e) { return pt_insn_event(d, e, sizeof *e); }
+  static int time(Decoder* d, uint64_t* t, uint32_t* m, uint32_t* c) { return pt_insn_time(d, t, m, c); }
+  static int next(Decoder* d, uint64_t& count) {
+    pt_insn insn;
+    int status = pt_insn_next(d, &insn, sizeof insn);
+    if (status >= 0) ++count;
+    return status;
+  }
+};
+struct BlockApi {
+  using Decoder = pt_block_decoder;
+  static Decoder* alloc(const pt_config* c) { return pt_blk_alloc_decoder(c); }
+  static void free(Decoder* d) { pt_blk_free_decoder(d); }
+  static int set_image(Decoder* d, pt_image* i) { return pt_blk_set_image(d, i); }
+  static int sync(Decoder* d) { return pt_blk_sync_forward(d); }
+  static int event(Decoder* d, pt_event* e) { return pt_blk_event(d, e, sizeof *e); }
+  static int time(Decoder* d, uint64_t* t, uint32_t* m, uint32_t* c) { return pt_blk_time(d, t, m, c); }
+  static int next(Decoder* d, uint64_t& count) {
+    pt_block block{};
+    int status = pt_blk_next(d, &block, sizeof block);
+    count += block.ninsn;  // a block that ended in an error still counts what it decoded
+    return status;
+  }
+};
+
+// Instructions in a whole stream, decoded plainly: one decoder, the image as
+// of time 0 moved forward by time, resynchronised at the next PSB after an error.
+template <class Api>
+Result<uint64_t> count_with(const std::vector<uint8_t>& stream, const VersionedImage& image) {
   std::vector<uint8_t> copy;
   const std::vector<uint8_t>& pt = padded_stream(stream, copy);
   ImageCursor cursor(image);
@@ -125,65 +162,38 @@ Result<uint64_t> count_insns_baseline(const std::vector<uint8_t>& stream, const 
   pt_config_init(&config);
   config.begin = const_cast<uint8_t*>(pt.data());
   config.end = const_cast<uint8_t*>(pt.data()) + pt.size();
-  pt_insn_decoder* dec = pt_insn_alloc_decoder(&config);
-  if (!dec) return Error(ErrorCode::LimitExceeded, "pt_insn_alloc_decoder failed");
-  pt_insn_set_image(dec, cursor.image());
+  typename Api::Decoder* dec = Api::alloc(&config);
+  if (!dec) return Error(ErrorCode::LimitExceeded, "allocating a libipt decoder failed");
+  Api::set_image(dec, cursor.image());
   uint64_t count = 0;
-  for (int status = pt_insn_sync_forward(dec); status >= 0; status = pt_insn_sync_forward(dec)) {
+  for (int status = Api::sync(dec); status >= 0; status = Api::sync(dec)) {
     for (;;) {
       while (status & pts_event_pending) {
         pt_event ev;
-        status = pt_insn_event(dec, &ev, sizeof ev);
+        status = Api::event(dec, &ev);
         if (status < 0) break;
       }
       if (status < 0 || (status & pts_eos)) break;
-      pt_insn insn;
-      status = pt_insn_next(dec, &insn, sizeof insn);
+      status = Api::next(dec, count);
       if (status < 0) break;
-      ++count;
       uint64_t tsc = 0;
       uint32_t lost_mtc = 0, lost_cyc = 0;
-      if (pt_insn_time(dec, &tsc, &lost_mtc, &lost_cyc) >= 0 && tsc >= cursor.next_change()) cursor.advance(tsc);
+      if (Api::time(dec, &tsc, &lost_mtc, &lost_cyc) >= 0 && tsc >= cursor.next_change()) cursor.advance(tsc);
     }
     if (status == -pte_eos) break;
   }
-  pt_insn_free_decoder(dec);
+  Api::free(dec);
   return count;
 }
 
+}  // namespace
+
+Result<uint64_t> count_insns_baseline(const std::vector<uint8_t>& stream, const VersionedImage& image) {
+  return count_with<InsnApi>(stream, image);
+}
+
 Result<uint64_t> count_insns_block_baseline(const std::vector<uint8_t>& stream, const VersionedImage& image) {
-  std::vector<uint8_t> copy;
-  const std::vector<uint8_t>& pt = padded_stream(stream, copy);
-  ImageCursor cursor(image);
-  KT_TRY(cursor.seek(0));
-  pt_config config;
-  pt_config_init(&config);
-  config.begin = const_cast<uint8_t*>(pt.data());
-  config.end = const_cast<uint8_t*>(pt.data()) + pt.size();
-  pt_block_decoder* dec = pt_blk_alloc_decoder(&config);
-  if (!dec) return Error(ErrorCode::LimitExceeded, "pt_blk_alloc_decoder failed");
-  pt_blk_set_image(dec, cursor.image());
-  uint64_t count = 0;
-  for (int status = pt_blk_sync_forward(dec); status >= 0; status = pt_blk_sync_forward(dec)) {
-    for (;;) {
-      while (status & pts_event_pending) {
-        pt_event ev;
-        status = pt_blk_event(dec, &ev, sizeof ev);
-        if (status < 0) break;
-      }
-      if (status < 0 || (status & pts_eos)) break;
-      pt_block block{};
-      status = pt_blk_next(dec, &block, sizeof block);
-      count += block.ninsn;  // a block that ended in an error still counts what it decoded
-      if (status < 0) break;
-      uint64_t tsc = 0;
-      uint32_t lost_mtc = 0, lost_cyc = 0;
-      if (pt_blk_time(dec, &tsc, &lost_mtc, &lost_cyc) >= 0 && tsc >= cursor.next_change()) cursor.advance(tsc);
-    }
-    if (status == -pte_eos) break;
-  }
-  pt_blk_free_decoder(dec);
-  return count;
+  return count_with<BlockApi>(stream, image);
 }
 
 }  // namespace kt
