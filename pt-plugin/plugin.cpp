@@ -29,6 +29,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <x86intrin.h>
 
@@ -412,14 +413,27 @@ void at_exit(qemu_plugin_id_t, void*) {
 // The trigger is on while its file exists. When the file holds a process id
 // (kthost trace writes its own), it is on only while that process lives: a
 // tracer that is killed cannot leave the guest traced (and its files
-// growing) forever; the stale trigger is removed.
+// growing) forever; the stale trigger is removed. A tracer outside our pid
+// namespace (an agent reaching a pod's QEMU) has no pid here: it writes
+// KTHOST_PT_TRIGGER_HEARTBEAT and keeps the file's mtime fresh instead.
 bool trigger_on() {
   int fd = open(g_config.trigger.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   char buf[32] = {};
   ssize_t n = read(fd, buf, sizeof buf - 1);
+  struct stat st {};
+  const bool stated = fstat(fd, &st) == 0;
   close(fd);
   if (n <= 0) return true;
+  if (std::strncmp(buf, KTHOST_PT_TRIGGER_HEARTBEAT, sizeof KTHOST_PT_TRIGGER_HEARTBEAT - 1) == 0) {
+    // A tracer in another pid namespace: alive while it keeps touching the trigger.
+    timespec now {};
+    clock_gettime(CLOCK_REALTIME, &now);
+    if (!stated || now.tv_sec - st.st_mtim.tv_sec <= KTHOST_PT_TRIGGER_HEARTBEAT_S) return true;
+    unlink(g_config.trigger.c_str());
+    qemu_plugin_outs("ktpt: the tracer that switched PT on stopped touching its trigger; PT off\n");
+    return false;
+  }
   char* end = nullptr;
   long pid = strtol(buf, &end, 10);
   if (pid <= 0 || end == buf) return true;

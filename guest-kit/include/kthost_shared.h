@@ -59,7 +59,10 @@ static inline const char* kthost_text_kind_name(unsigned kind) {
  * With out=DIR the plugin writes, per vCPU N: DIR/cpuN.pt (Intel PT packets),
  * DIR/cpuN.gt (ground truth, with gt=on) and DIR/cpuN.stats (key=value
  * counters, at exit). With trigger=PATH it traces only while PATH exists; a
- * trigger holding a process id is on only while that process lives. The
+ * trigger holding a process id is on only while that process lives (in the
+ * plugin's pid namespace); one holding KTHOST_PT_TRIGGER_HEARTBEAT (a tracer
+ * in another pid namespace) only while its mtime is under
+ * KTHOST_PT_TRIGGER_HEARTBEAT_S old, the tracer touching it meanwhile. The
  * plugin looks at the trigger every KTHOST_PT_TRIGGER_POLL_MS. After each
  * switch-off, and at exit, it creates DIR/cpuN.stopped once vCPU N's stream
  * is wholly written (a reader removes the markers before switching on).
@@ -73,5 +76,7 @@ static inline const char* kthost_text_kind_name(unsigned kind) {
 #define KTHOST_PT_FILE_STOPPED ".stopped"
 #define KTHOST_PT_FILE_STARTED "started"
 #define KTHOST_PT_TRIGGER_POLL_MS 20
+#define KTHOST_PT_TRIGGER_HEARTBEAT "heartbeat"
+#define KTHOST_PT_TRIGGER_HEARTBEAT_S 10
 
 #endif

@@ -6,11 +6,15 @@
 // short. The plugin is played by a FAKE poller thread and QEMU by a FAKE
 // monitor; both write the plugin's files the way ktpt.so does.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -134,6 +138,47 @@ TEST_F(PtCaptureStop, StartReturnsOnlyOnceThePluginConfirms) {
   ASSERT_TRUE(capture->start());
   EXPECT_TRUE(exists(tree.path("pt/" KTHOST_PT_FILE_STARTED)));
   EXPECT_EQ(poller->confirmations.load(), 1);
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+TEST_F(PtCaptureStop, TheTriggerHoldsOurPidInOurOwnPidNamespace) {
+  EXPECT_TRUE(same_pid_namespace(::getpid()));
+  EXPECT_FALSE(same_pid_namespace(0));
+  ASSERT_TRUE(capture->start());
+  EXPECT_EQ(slurp(tree.path("pt-on")), std::to_string(::getpid()) + "\n");
+}
+
+// A QEMU in another pid namespace (a pod) cannot see our pid: the trigger
+// says heartbeat, and every poll a second or more after the last touches it.
+TEST_F(PtCaptureStop, FromAnotherPidNamespaceTheTriggerIsAHeartbeatThatPollKeepsFresh) {
+  auto c = PtCapture::software(tree.path("pt"), tree.path("pt-on"), 2, &monitor, TriggerLiveness::Heartbeat);
+  ASSERT_TRUE(c) << c.error().message;
+  ASSERT_TRUE((*c)->start());
+  EXPECT_EQ(slurp(tree.path("pt-on")), KTHOST_PT_TRIGGER_HEARTBEAT "\n");
+  const timespec old_times[2] = {{1000, 0}, {1000, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, tree.path("pt-on").c_str(), old_times, 0), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  Captured got;
+  ASSERT_TRUE((*c)->poll(sink_into(got)));
+  struct stat st {};
+  ASSERT_EQ(::stat(tree.path("pt-on").c_str(), &st), 0);
+  EXPECT_GT(st.st_mtim.tv_sec, 1000) << "poll did not touch the trigger";
+  // The plugin gave up on a stale heartbeat and removed the trigger: the
+  // next touch says so, rather than the trace going on without PT.
+  ASSERT_EQ(::unlink(tree.path("pt-on").c_str()), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  auto st2 = (*c)->poll(sink_into(got));
+  ASSERT_FALSE(st2);
+  EXPECT_NE(st2.error().message.find("switched PT off"), std::string::npos) << st2.error().message;
+  end_stream(0, "A-end");
+  end_stream(1, "B-end");
+  (void)(*c)->stop(sink_into(got));
 }
 
 TEST_F(PtCaptureStop, AnEarlierTracesStartedMarkerIsNotTakenAsConfirmation) {

@@ -187,4 +187,10 @@ check "kthost-pod1's bundle: its 8 programs" "$CHECK_BPF" "$pod1_bundle" "$W/pod
 check "kthost-mig1 before the migration (host agent): its 8 programs" "$CHECK_BPF" "$host_bundle" "$W/mig1-bpf1.txt"
 check "kthost-mig1 after the migration (pod agent): its 8 new programs" "$CHECK_BPF" "$pod_mig_bundle" "$W/mig1-bpf2.txt"
 check "kthost-pod1's bundle reads back (kthost report)" bash -c "'$K' report '$pod1_bundle' --json --quiet >'$W/pod1-report.json'"
+# The plugin in the pod cannot see the host agent's pid: PT stays on there only
+# through the trigger's heartbeat (a pid trigger named a process it cannot see: it
+# removed the trigger at its first poll, and CI saw PT never confirmed).
+check "kthost-pod1's bundle holds decoded PT (the heartbeat trigger kept PT on in the pod)" \
+  python3 -c "import json,sys; n=json.load(open(sys.argv[1]))['insns']; print('      instructions:', n); sys.exit(n == 0)" \
+  "$W/pod1-report.json"
 if [ "$failed" = 0 ]; then say "all checks passed"; else say "some checks FAILED"; exit 1; fi

@@ -44,14 +44,23 @@ Result<std::unique_ptr<PtCapture>> PtCapture::open(PtChoice choice, const VmDesc
     if (choice == PtChoice::Hardware)
       return Error(ErrorCode::Unsupported, "no hardware PT: " + why_not_hw + " (kthost doctor says how to fix it)");
   }
-  auto sw = software(vm.pt_plugin_out, vm.pt_plugin_trigger, vm.vcpus, monitor);
+  auto sw = software(vm.pt_plugin_out, vm.pt_plugin_trigger, vm.vcpus, monitor,
+                     same_pid_namespace(vm.pid) ? TriggerLiveness::Pid : TriggerLiveness::Heartbeat);
   if (sw || choice == PtChoice::Software) return sw;
   return Error(ErrorCode::Unsupported, "no PT source for " + label + ": hardware: " + why_not_hw +
                                            "; software: " + sw.error().message + ". --pt none traces without PT");
 }
 
+bool same_pid_namespace(int pid) {
+  struct stat mine {}, theirs {};
+  if (pid <= 0 || ::stat("/proc/self/ns/pid", &mine) != 0 ||
+      ::stat(("/proc/" + std::to_string(pid) + "/ns/pid").c_str(), &theirs) != 0)
+    return false;
+  return mine.st_dev == theirs.st_dev && mine.st_ino == theirs.st_ino;
+}
+
 Result<std::unique_ptr<PtCapture>> PtCapture::software(const std::string& out_dir, const std::string& trigger,
-                                                         int vcpus, Monitor* monitor) {
+                                                         int vcpus, Monitor* monitor, TriggerLiveness liveness) {
   if (out_dir.empty() || trigger.empty())
     return Error(ErrorCode::Unsupported,
                  "the guest's QEMU does not run the software PT plugin with out= and trigger= "
@@ -60,6 +69,7 @@ Result<std::unique_ptr<PtCapture>> PtCapture::software(const std::string& out_di
   auto c = std::unique_ptr<PtCapture>(new PtCapture());
   c->kind_ = "software";
   c->trigger_ = trigger;
+  c->liveness_ = liveness;
   c->started_path_ = out_dir + "/" KTHOST_PT_FILE_STARTED;
   c->monitor_ = monitor;
   for (int i = 0; i < vcpus; ++i) {
@@ -100,10 +110,13 @@ Status PtCapture::start() {
     }
     if (::unlink(started_path_.c_str()) != 0 && errno != ENOENT) return io_error("remove " + started_path_, errno);
     unconfirmed_.clear();
-    // Our pid in the trigger: the plugin switches itself off if we die.
+    // Our pid in the trigger: the plugin switches itself off if we die. From
+    // another pid namespace, a heartbeat: poll() keeps its mtime fresh.
     UniqueFd fd(::open(trigger_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd.valid()) return io_error("create the PT plugin's trigger " + trigger_, errno);
-    std::string pid = std::to_string(::getpid()) + "\n";
+    std::string pid = liveness_ == TriggerLiveness::Pid ? std::to_string(::getpid()) + "\n"
+                                                        : std::string(KTHOST_PT_TRIGGER_HEARTBEAT "\n");
+    last_touch_ = std::chrono::steady_clock::now();
     if (::write(fd.get(), pid.data(), pid.size()) != static_cast<ssize_t>(pid.size())) {
       Error e = io_error("write " + trigger_, errno);
       (void)::unlink(trigger_.c_str());
@@ -156,8 +169,21 @@ Status PtCapture::tail(Stream& s, const Sink& sink) {
   }
 }
 
+Status PtCapture::touch_trigger() {
+  if (hw_ || !running_ || liveness_ != TriggerLiveness::Heartbeat) return {};
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_touch_ < std::chrono::seconds(1)) return {};
+  last_touch_ = now;
+  if (::utimensat(AT_FDCWD, trigger_.c_str(), nullptr, 0) == 0) return {};
+  if (errno == ENOENT)
+    return Error(ErrorCode::Io, "the software PT plugin switched PT off and removed " + trigger_ +
+                                    ": it was not touched for " + std::to_string(KTHOST_PT_TRIGGER_HEARTBEAT_S) +
+                                    " s (was kthost stalled?)");
+  return io_error("touch " + trigger_, errno);
+}
+
 Status PtCapture::poll(const Sink& sink) {
-  Status first;
+  Status first = touch_trigger();
   if (hw_) {
     if (auto st = hw_->drain(); !st && first) first = st;
   }

@@ -39,6 +39,12 @@ Result<PtChoice> parse_pt_choice(const std::string& text);  // auto, hardware, s
 
 class PtHardwareSource;
 
+// How the software plugin tells that the tracer that switched PT on lives:
+// by its pid (same pid namespace), or by the trigger's mtime, kept fresh.
+enum class TriggerLiveness { Pid, Heartbeat };
+// Whether process `pid` is in kthost's own pid namespace (false when unknown).
+bool same_pid_namespace(int pid);
+
 struct PtCaptureStats {
   uint32_t cpu = 0;
   uint64_t bytes = 0;
@@ -60,8 +66,11 @@ class PtCapture {
                                                  const PtConfig& config,
                                                  const SystemRoots& roots = live_system_roots());
   // `monitor` (may be null) wakes vCPUs that sleep through the switch-off.
+  // `liveness`: how the plugin knows the tracer is alive (open() takes Pid
+  // when QEMU shares kthost's pid namespace, else Heartbeat).
   static Result<std::unique_ptr<PtCapture>> software(const std::string& out_dir, const std::string& trigger, int vcpus,
-                                                       Monitor* monitor = nullptr);
+                                                       Monitor* monitor = nullptr,
+                                                       TriggerLiveness liveness = TriggerLiveness::Pid);
   // Errors: those of PtHardwareSource::open_system (Unsupported where there is no intel_pt).
   static Result<std::unique_ptr<PtCapture>> hardware(Monitor& monitor, const std::string& work_dir,
                                                      const PtConfig& config);
@@ -71,7 +80,8 @@ class PtCapture {
   // trigger removed again, if it does not within set_start_timeout()).
   Status start();
   void set_start_timeout(std::chrono::milliseconds t) { start_timeout_ = t; }
-  // Hands the sink every byte written since the last call.
+  // Hands the sink every byte written since the last call; with a heartbeat
+  // trigger, touches it (once a second).
   Status poll(const Sink& sink);
   // Switches the source off and hands the sink the rest. Also done (without
   // a sink) by the destructor, so the plugin is never left tracing.
@@ -102,9 +112,12 @@ class PtCapture {
   static bool wait_for_file(const std::string& path, std::chrono::milliseconds timeout);
   std::chrono::milliseconds start_timeout_{10000};  // for the plugin's confirmation of start()
   Result<bool> wake_vcpus();
+  Status touch_trigger();
   std::string kind_;
   std::string trigger_;
   std::string started_path_;  // software: the plugin's "PT is on" marker
+  TriggerLiveness liveness_ = TriggerLiveness::Pid;
+  std::chrono::steady_clock::time_point last_touch_;
   double start_wait_ms_ = 0;
   bool running_ = false;
   std::vector<Stream> streams_;
