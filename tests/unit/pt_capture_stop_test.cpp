@@ -78,8 +78,8 @@ class FakePluginPoller {
       while (!done_) {
         if (exists(trigger) && !exists(started)) {
           std::this_thread::sleep_for(std::chrono::milliseconds(30));  // a late poll
+          ++confirmations;  // before the file: start() may return as soon as it exists
           std::ofstream(started) << "off_generation=0\n";
-          ++confirmations;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
       }
