@@ -2,6 +2,7 @@
 // the same time sharing a version, and a poke storm that does not fit
 // libipt's section cache coalesced by a time quantum.
 #include <gtest/gtest.h>
+#include <intel-pt.h>
 
 #include "kthost/decode/image.h"
 
@@ -32,6 +33,26 @@ TEST(VersionedImageTest, BytesAtAddressAndTime) {
   EXPECT_EQ(byte_at(im, kBase + 0x20, 5000), 0xc3);
   uint8_t b;
   EXPECT_EQ(im.read(kBase + 0x1000, 0, &b, 1), 0u);
+}
+
+// A decoder thread's own section cache reads the same bytes through the same
+// isids as the shared one (so block isids map to the same versions).
+TEST(VersionedImageTest, AThreadsOwnSectionCacheHasTheSameIsidsAndBytes) {
+  VersionedImage im;
+  im.add_mapping(kBase, std::vector<uint8_t>(0x1000, 0x90), 0, kTimeForever, "test");
+  im.add_mapping(kBase + 0x10000, std::vector<uint8_t>(0x100, 0xc3), 50, kTimeForever, "load");
+  im.add_poke(kBase + 0x10, {0x90}, {0xcc}, 100);
+  ASSERT_TRUE(im.finalize());
+  auto own = im.make_thread_iscache();
+  ASSERT_TRUE(own) << own.error().message;
+  ASSERT_NE(*own, im.iscache());
+  for (const auto& v : im.versions()) {
+    uint8_t a = 0, b = 0;
+    ASSERT_EQ(pt_iscache_read(im.iscache(), &a, 1, v.isid, v.start), 1);
+    ASSERT_EQ(pt_iscache_read(*own, &b, 1, v.isid, v.start), 1);
+    EXPECT_EQ(a, b) << "version at " << std::hex << v.start;
+  }
+  pt_iscache_free(*own);
 }
 
 TEST(VersionedImageTest, OldBytesThatDoNotMatchAreCounted) {

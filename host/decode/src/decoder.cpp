@@ -222,7 +222,7 @@ Result<Profile> decode_profile(const std::map<uint32_t, std::vector<uint8_t>>& s
   std::vector<std::unique_ptr<PieceDecoder>> decoders;
   std::vector<Status> results(threads);
   for (unsigned i = 0; i < threads; ++i)
-    decoders.push_back(std::make_unique<PieceDecoder>(pt, image, symbols, options));
+    decoders.push_back(std::make_unique<PieceDecoder>(pt, image, symbols, options, i > 0));
   std::mutex m;
   std::condition_variable cv;
   unsigned finished = 0;

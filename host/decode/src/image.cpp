@@ -156,23 +156,48 @@ Status VersionedImage::finalize(uint64_t max_bytes) {
     if (w < 0) return io_error("write memfd", errno);
     done += static_cast<size_t>(w);
   }
-  iscache_ = pt_iscache_alloc("kthost");
-  if (!iscache_) return Error(ErrorCode::LimitExceeded, "pt_iscache_alloc failed");
-  pt_iscache_set_limit(iscache_, uint64_t{16} << 30);
-  std::string path = "/proc/self/fd/" + std::to_string(memfd_);
+  std::vector<int> isids;
+  KT_ASSIGN_OR_RETURN(iscache_, fill_iscache(isids));
   for (uint32_t i = 0; i < versions_.size(); ++i) {
-    auto& v = versions_[i];
-    int isid = pt_iscache_add_file(iscache_, path.c_str(), v.data_offset, v.size, v.start);
-    if (isid < 0)
-      return Error(ErrorCode::InvalidInput, "libipt refused text version at " + hex(v.start) + ": " +
-                                                pt_errstr(pt_errcode(isid)));
-    v.isid = isid;
+    const int isid = versions_[i].isid = isids[i];
     if (static_cast<size_t>(isid) >= isid_to_version_.size()) isid_to_version_.resize(isid + 1, -1);
     isid_to_version_[isid] = static_cast<int>(i);
   }
   mappings_.clear();
   pokes_.clear();
   return ok_status();
+}
+
+// Every version as a section of a new cache, in version order; `isids` gets
+// the isid libipt gave each.
+Result<pt_image_section_cache*> VersionedImage::fill_iscache(std::vector<int>& isids) const {
+  pt_image_section_cache* cache = pt_iscache_alloc("kthost");
+  if (!cache) return Error(ErrorCode::LimitExceeded, "pt_iscache_alloc failed");
+  pt_iscache_set_limit(cache, uint64_t{16} << 30);
+  std::string path = "/proc/self/fd/" + std::to_string(memfd_);
+  isids.clear();
+  for (const auto& v : versions_) {
+    int isid = pt_iscache_add_file(cache, path.c_str(), v.data_offset, v.size, v.start);
+    if (isid < 0) {
+      pt_iscache_free(cache);
+      return Error(ErrorCode::InvalidInput,
+                   "libipt refused text version at " + hex(v.start) + ": " + pt_errstr(pt_errcode(isid)));
+    }
+    isids.push_back(isid);
+  }
+  return cache;
+}
+
+Result<pt_image_section_cache*> VersionedImage::make_thread_iscache() const {
+  std::vector<int> isids;
+  KT_ASSIGN_OR_RETURN(auto cache, fill_iscache(isids));
+  for (size_t i = 0; i < versions_.size(); ++i)
+    if (isids[i] != versions_[i].isid) {
+      pt_iscache_free(cache);
+      return Error(ErrorCode::Unsupported, "libipt numbered the text version at " + hex(versions_[i].start) +
+                                            " differently in a second section cache");
+    }
+  return cache;
 }
 
 int VersionedImage::version_of_isid(int isid) const {
@@ -194,7 +219,8 @@ size_t VersionedImage::read(uint64_t addr, uint64_t time, uint8_t* out, size_t l
   return n;
 }
 
-ImageCursor::ImageCursor(const VersionedImage& image) : vi_(image) {}
+ImageCursor::ImageCursor(const VersionedImage& image, pt_image_section_cache* iscache)
+    : vi_(image), iscache_(iscache ? iscache : image.iscache()) {}
 
 ImageCursor::~ImageCursor() {
   if (image_) pt_image_free(image_);
@@ -246,7 +272,7 @@ Status ImageCursor::seek(uint64_t time, int64_t shift) {
     }
   }
   for (size_t i = 0; i < next_; ++i)
-    if (!replaced[order[i]]) pt_image_add_cached(image_, vi_.iscache(), versions[order[i]].isid, nullptr);
+    if (!replaced[order[i]]) pt_image_add_cached(image_, iscache_, versions[order[i]].isid, nullptr);
   time_ = time;
   return ok_status();
 }
@@ -256,7 +282,7 @@ size_t ImageCursor::advance(uint64_t time) {
   const auto& versions = vi_.versions();
   size_t added = 0;
   while (next_ < order.size() && shifted(versions[order[next_]].begin) <= time) {
-    pt_image_add_cached(image_, vi_.iscache(), versions[order[next_]].isid, nullptr);
+    pt_image_add_cached(image_, iscache_, versions[order[next_]].isid, nullptr);
     ++next_;
     ++added;
   }

@@ -82,9 +82,29 @@ void PieceScratch::reset() {
   insns = blocks = error_total = t_end = skipped_bytes = 0;
 }
 
+PieceDecoder::OwnIscache::~OwnIscache() {
+  if (cache) pt_iscache_free(cache);
+}
+
+namespace {
+// A thread's own section cache, or null (the shared one) where libipt
+// cannot give the same isids: slower, never wrong.
+pt_image_section_cache* own_iscache_for(const VersionedImage& image, bool wanted) {
+  if (!wanted) return nullptr;
+  auto cache = image.make_thread_iscache();
+  return cache ? *cache : nullptr;
+}
+}  // namespace
+
 PieceDecoder::PieceDecoder(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
-                           const Symbolizer& symbols, const DecodeOptions& options)
-    : pt_(pt), image_(image), symbols_(symbols), options_(options), cursor_(image), cache_(size_t{1} << std::min(options.cache_bits, 24u)) {
+                           const Symbolizer& symbols, const DecodeOptions& options, bool own_sections)
+    : pt_(pt),
+      image_(image),
+      symbols_(symbols),
+      options_(options),
+      own_iscache_{own_iscache_for(image, own_sections)},
+      cursor_(image, own_iscache_.cache),
+      cache_(size_t{1} << std::min(options.cache_bits, 24u)) {
   for (PieceScratch* s : {&a_, &b_}) {
     s->fn_insns.assign(symbols.size(), 0);
     s->fn_calls.assign(symbols.size(), 0);

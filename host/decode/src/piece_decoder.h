@@ -33,8 +33,10 @@ constexpr uint64_t kMaxBlocksWithoutTrace = 1u << 20;
 
 class PieceDecoder {
  public:
+  // `own_sections`: this decoder gets a section cache of its own (every
+  // decoder thread but the first), falling back to the shared one.
   PieceDecoder(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
-               const Symbolizer& symbols, const DecodeOptions& options);
+               const Symbolizer& symbols, const DecodeOptions& options, bool own_sections = false);
   // Decodes one piece (with candidate alignments when it has errors) and commits it.
   Status decode(const Piece& piece);
   // Adds this thread's totals into `out`, except stacks: those go to
@@ -76,6 +78,12 @@ class PieceDecoder {
   const VersionedImage& image_;
   const Symbolizer& symbols_;
   const DecodeOptions& options_;
+  // This thread's own section cache (null: the image's shared one). Declared
+  // before cursor_, whose image holds its sections, so it is freed after.
+  struct OwnIscache {
+    pt_image_section_cache* cache = nullptr;
+    ~OwnIscache();
+  } own_iscache_;
   ImageCursor cursor_;
   std::vector<CacheEntry> cache_;
   std::vector<FunctionKind> fn_kind_;  // by function id

@@ -72,6 +72,12 @@ class VersionedImage {
   const std::vector<uint32_t>& by_begin() const { return by_begin_; }
   const ImageStats& stats() const { return stats_; }
   pt_image_section_cache* iscache() const { return iscache_; }
+  // A section cache of its own for one more decoder thread, with the same
+  // isids as iscache(): libipt's sections, and the block cache each keeps,
+  // are shared by every decoder of one cache, and two threads decoding the
+  // same text through them ran slower together than one alone. The caller
+  // frees it (pt_iscache_free) after every image that uses it.
+  Result<pt_image_section_cache*> make_thread_iscache() const;
   // The bytes of a version (valid after finalize).
   const uint8_t* data(const TextVersion& v) const { return data_.data() + v.data_offset; }
   // Version index for a libipt isid, or -1.
@@ -92,6 +98,7 @@ class VersionedImage {
     uint64_t time;
   };
   void apply_pokes(uint64_t quantum);
+  Result<pt_image_section_cache*> fill_iscache(std::vector<int>& isids) const;
   uint32_t add_version(uint64_t start, const uint8_t* bytes, uint64_t size, uint64_t begin, uint64_t end,
                        uint32_t mapping, bool overlay, const std::string& origin);
   std::vector<Mapping> mappings_;
@@ -109,7 +116,8 @@ class VersionedImage {
 // every change by that many PT time units (candidate alignments).
 class ImageCursor {
  public:
-  explicit ImageCursor(const VersionedImage& image);
+  // `iscache`: where the sections come from (default: image.iscache()).
+  explicit ImageCursor(const VersionedImage& image, pt_image_section_cache* iscache = nullptr);
   ~ImageCursor();
   ImageCursor(const ImageCursor&) = delete;
   ImageCursor& operator=(const ImageCursor&) = delete;
@@ -127,6 +135,7 @@ class ImageCursor {
  private:
   uint64_t shifted(uint64_t t) const;
   const VersionedImage& vi_;
+  pt_image_section_cache* iscache_;
   pt_image* image_ = nullptr;
   size_t next_ = 0;  // index into by_begin()
   uint64_t time_ = 0;
