@@ -110,6 +110,7 @@ TEST(TextStore, CorruptionIsAnErrorNamingFileAndOffset) {
       {second + 4, 0xff, "record length"},
       {second + 24 + 3, 0x7f, "text length"},
       {second + 41, 0xff, "name length"},
+      {second + 43, 0x13, "offset " + std::to_string(second + 42) + ": reserved field is not zero"},
       {second + 50, 0xAA, "offset " + std::to_string(second) + ": record checksum mismatch"},
   };
   for (const auto& c : cases) {

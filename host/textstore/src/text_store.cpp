@@ -150,6 +150,7 @@ Result<TextStoreContents> parse_text_store(const uint8_t* data, size_t len, cons
       out.ignored_tail = left;
       break;
     }
+    if (get(p + 42, 2) != 0) return bad(name, off + 42, "reserved field is not zero");
     uint32_t crc = static_cast<uint32_t>(get(p + record_len - 4, 4));
     if (crc32c(0, p, record_len - 4) != crc) return bad(name, off, "record checksum mismatch");
     uint16_t source = static_cast<uint16_t>(get(p + 28, 2));
