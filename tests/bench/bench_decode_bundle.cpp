@@ -8,6 +8,10 @@
 //   libipt-block  libipt's block decoder used plainly, the same way
 //   kthost        kthost's decoder (decode_profile) with --threads (0: every
 //                 core), and the report made from it; its phases are timed
+//   coverage      kthost's coverage fast path (decode_coverage), --threads too;
+//                 with --compare it is also checked against the full decoder's
+//                 coverage (blocks, instructions per function) and the process
+//                 exits 1 on any difference
 // Every decoder gets the same versioned image (the bundle's text through time).
 #include <sys/resource.h>
 
@@ -20,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kthost/decode/analysis.h"
+#include "kthost/decode/coverage.h"
 #include "kthost/decode/report.h"
 
 namespace {
@@ -40,8 +45,8 @@ int failed(const std::string& what) {
 }
 
 int usage() {
-  std::fprintf(stderr, "usage: bench_decode_bundle BUNDLE --decoder libipt-insn|libipt-block|kthost [--runs N] "
-                       "[--threads N]\n");
+  std::fprintf(stderr, "usage: bench_decode_bundle BUNDLE --decoder libipt-insn|libipt-block|kthost|coverage "
+                       "[--runs N] [--threads N] [--compare]\n");
   return 2;
 }
 
@@ -52,14 +57,20 @@ int main(int argc, char** argv) {
   std::string bundle_dir = argv[1], decoder;
   int runs = 3;
   unsigned threads = 0;
-  for (int i = 2; i + 1 < argc; i += 2) {
+  bool compare = false;
+  for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--decoder") decoder = argv[i + 1];
-    else if (a == "--runs") runs = std::atoi(argv[i + 1]);
-    else if (a == "--threads") threads = static_cast<unsigned>(std::atoi(argv[i + 1]));
+    if (a == "--compare") compare = true;
+    else if (i + 1 == argc) return usage();
+    else if (a == "--decoder") decoder = argv[++i];
+    else if (a == "--runs") runs = std::atoi(argv[++i]);
+    else if (a == "--threads") threads = static_cast<unsigned>(std::atoi(argv[++i]));
     else return usage();
   }
-  if (runs < 1 || (decoder != "libipt-insn" && decoder != "libipt-block" && decoder != "kthost")) return usage();
+  if (compare && decoder != "coverage") return usage();
+  if (runs < 1 || (decoder != "libipt-insn" && decoder != "libipt-block" && decoder != "kthost" &&
+                   decoder != "coverage"))
+    return usage();
 
   // Load, once: the bundle (CRCs and every PT packet checked), the image, the symbols.
   auto t = Clock::now();
@@ -80,6 +91,7 @@ int main(int argc, char** argv) {
     for (const kt::Piece& p : kt::split_at_psb(cpu, data)) largest_piece = std::max(largest_piece, p.end - p.begin);
   }
 
+  kt::Coverage last_coverage;
   for (int run = 1; run <= runs; ++run) {
     nlohmann::json line{{"decoder", decoder}, {"run", run}, {"pt_bytes", pt_bytes}};
     uint64_t insns = 0;
@@ -108,6 +120,24 @@ int main(int argc, char** argv) {
       line["report_bytes"] = report_size;
       line["seconds"] = decode_s;
       line["decode_errors"] = profile->errors.size();
+    } else if (decoder == "coverage") {
+      kt::DecodeOptions o;
+      o.threads = threads;
+      auto cov = kt::decode_coverage(bundle->pt, **image, *symbols, o);
+      if (!cov) return failed(cov.error().message);
+      line["seconds"] = since(t);
+      insns = cov->insns;
+      nlohmann::json phases{{"load", load_s}, {"image", image_s}, {"symbols", symbols_s}};
+      for (const auto& [name, s] : cov->phase_seconds) phases[name] = s;
+      line["phases"] = phases;
+      line["threads"] = cov->threads;
+      line["blocks"] = cov->blocks_seen.size();
+      line["functions"] = cov->function_insns.size();
+      line["pieces"] = cov->pieces;
+      line["fast_pieces"] = cov->fast_pieces;
+      line["fallback_bytes"] = cov->fallback_bytes;
+      line["fallback_reasons"] = cov->fallback_reasons;
+      last_coverage = std::move(*cov);
     } else {
       for (const auto& [cpu, data] : bundle->pt) {
         auto n = decoder == "libipt-insn" ? kt::count_insns_baseline(data, **image)
@@ -121,6 +151,19 @@ int main(int argc, char** argv) {
     line["insns"] = insns;
     std::printf("%s\n", line.dump().c_str());
     std::fflush(stdout);
+  }
+  if (compare) {
+    kt::DecodeOptions o;
+    o.threads = threads;
+    o.check_stack_edges = false;
+    auto profile = kt::decode_profile(bundle->pt, **image, *symbols, o);
+    if (!profile) return failed(profile.error().message);
+    const auto diffs = kt::coverage_differences(last_coverage, kt::coverage_of(*profile), *symbols, 20);
+    nlohmann::json check{{"decoder", decoder}, {"compare", "full decoder"}, {"differences", diffs.count},
+                         {"examples", diffs.examples}, {"blocks", last_coverage.blocks_seen.size()},
+                         {"functions", last_coverage.function_insns.size()}, {"insns", last_coverage.insns}};
+    std::printf("%s\n", check.dump().c_str());
+    if (diffs.count) return 1;
   }
   nlohmann::json last{{"decoder", decoder},
                       {"peak_rss_kib", peak_rss_kib()},

@@ -8,6 +8,10 @@
 #   libipt-block      libipt's block decoder used plainly, 1 thread (baseline)
 #   kthost 1 thread   kthost's decoder (decode_profile)
 #   kthost N threads  the same on every core
+#   coverage 1 and N  kthost's coverage fast path (decode_coverage) on 1
+#                     thread and on every core; the first of its runs is
+#                     checked against the full decoder's coverage (--compare:
+#                     any difference stops the benchmark)
 #   perf script       perf's decoder on `kthost export`'s perf data, with
 #                     --itrace=i1000000i: it walks every instruction but
 #                     prints one line per million, so the time is its
@@ -74,6 +78,10 @@ for bundle in "$@"; do
     "$bench" "$bundle" --decoder kthost --threads 1 --runs "$runs" | sed 's/"decoder":"kthost"/"decoder":"kthost-1"/'
     "$bench" "$bundle" --decoder kthost --threads "$threads" --runs "$runs" |
       sed "s/\"decoder\":\"kthost\"/\"decoder\":\"kthost-$threads\"/"
+    "$bench" "$bundle" --decoder coverage --threads 1 --runs "$runs" --compare |
+      grep -v '"compare"' | sed 's/"decoder":"coverage"/"decoder":"coverage-1"/'
+    "$bench" "$bundle" --decoder coverage --threads "$threads" --runs "$runs" |
+      sed "s/\"decoder\":\"coverage\"/\"decoder\":\"coverage-$threads\"/"
   } >>"$out"
   if [ -z "${NO_PERF:-}" ]; then
     say "$name: kthost export, then perf script --itrace=i1000000i, $runs runs"
@@ -116,7 +124,7 @@ for name, rs in rows.items():
     insns = rs[0]["insns"]
     print(f"{name:14} {insns:12d} {min(s):8.2f} {med:9.2f} {max(s):8.2f} {insns / med / 1e6:9.1f} "
           f"{rs[0]['pt_bytes'] / med / 1e6:8.1f} {base / med:8.2f}x {peak.get(name, 0) / 1024:7.0f} MB")
-for name in [n for n in rows if n.startswith("kthost-")]:
+for name in [n for n in rows if n.startswith("kthost-") or n.startswith("coverage-")]:
     phases = {}
     for r in rows[name]:
         for k, v in r["phases"].items():
@@ -130,6 +138,12 @@ if k1:
     print(f"targets: kthost 1 thread / libipt block: {base / med(k1[0]):.2f}x (goal >= 2x)")
 if k1 and kn:
     print(f"         kthost {kn[0][7:]} threads / kthost 1 thread: {med(k1[0]) / med(kn[0]):.2f}x (goal >= 1.8x)")
+c1 = [n for n in rows if n == "coverage-1"]
+cn = [n for n in rows if n.startswith("coverage-") and n != "coverage-1"]
+for n in c1 + cn:
+    r = rows[n][0]
+    print(f"         {n}: {base / med(n):.2f}x libipt block (goal >= 10x); {r['fast_pieces']} of {r['pieces']} pieces "
+          f"walked, {r['fallback_bytes'] / 1e6:.1f} MB of PT to the full decoder ({r['fallback_reasons']})")
 limit = 2 * info["largest_piece_bytes"] + info["image_bytes"]
 worst = max(v for n, v in peak.items() if n.startswith("kthost"))
 print(f"         kthost peak RSS {worst / 1024:.0f} MB against 2 x largest piece + image = {limit / 2**20:.0f} MB: "

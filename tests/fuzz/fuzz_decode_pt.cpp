@@ -1,11 +1,16 @@
 // PT streams are untrusted too: any bytes through the decoder (pieces,
-// libipt's block decoder, the versioned image with a poke, the profile) and
-// the instruction trace must give errors, never crashes or hangs.
+// libipt's block decoder, the versioned image with a poke, the profile), the
+// coverage fast path (its own packet reader and block walk) and the
+// instruction trace must give errors, never crashes or hangs. (Whether the
+// fast path's coverage equals the full decoder's on arbitrary bytes is not
+// asserted here yet: the seed coverage-diverges-from-full-decoder is a
+// crafted stream where they differ, not yet explained.)
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <vector>
 
+#include "kthost/decode/coverage.h"
 #include "kthost/decode/decoder.h"
 #include "kthost/decode/image.h"
 #include "kthost/decode/symbolizer.h"
@@ -40,6 +45,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.cache_bits = 8;
   auto p = kt::decode_profile(pt, f.image, f.symbols, o);
   if (p.ok() && p->functions.size() > f.symbols.size()) __builtin_trap();
+  auto c = kt::decode_coverage(pt, f.image, f.symbols, o);
+  if (p.ok() != c.ok()) __builtin_trap();
+  if (c.ok() && c->function_insns.size() > f.symbols.size()) __builtin_trap();
   auto t = kt::decode_trace(pt, f.image, f.symbols, std::nullopt, 0, UINT64_MAX, 10000);
   (void)t;
   return 0;

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "kthost/decode/analysis.h"
+#include "kthost/decode/coverage.h"
 #include "kthost/decode/decoder.h"
 #include "kthost/decode/report.h"
 #include "synthetic_bundle.h"
@@ -37,6 +38,17 @@ class DecodeTest : public ::testing::Test {
     o.chunk_bytes = 64;  // many chunks even for small traces
     auto p = decode_profile(a.bundle.pt, *a.image, a.symbols, o);
     if (!p) ADD_FAILURE() << p.error().message;
+    // Every trace here is also a test of the coverage fast path: its answer
+    // is the full decoder's, exactly.
+    auto c = decode_coverage(a.bundle.pt, *a.image, a.symbols, o);
+    if (!c) {
+      ADD_FAILURE() << c.error().message;
+    } else {
+      auto d = coverage_differences(*c, coverage_of(*p), a.symbols);
+      EXPECT_EQ(d.count, 0u) << (d.examples.empty() ? "" : d.examples.front());
+      EXPECT_EQ(c->insns, p->insns);
+      last_coverage_ = std::move(*c);
+    }
     return std::move(*p);
   }
   static uint64_t insns_of(const Profile& p, const Symbolizer& s, const std::string& name) {
@@ -50,6 +62,7 @@ class DecodeTest : public ::testing::Test {
     return 0;
   }
   std::string dir_;
+  Coverage last_coverage_;  // the fast path's answer for the last decode()
 };
 
 test::SynthBundle core_bundle(size_t text_size = 0x1000) {
@@ -103,6 +116,12 @@ TEST_F(DecodeTest, LoopWithCallsGivesExactCounts) {
   EXPECT_EQ(p.edges.begin()->second, 3u);
   EXPECT_TRUE(p.error_counts.empty());
   EXPECT_EQ(folded_stacks(p, a.symbols), "main_func 14\nmain_func;f_func 6\n");
+  // The coverage fast path walked the piece itself: main_func's entry, f_func's
+  // entry, the return address (three times) and the loop's way out.
+  EXPECT_EQ(last_coverage_.fast_pieces, last_coverage_.pieces);
+  EXPECT_TRUE(last_coverage_.fallback_reasons.empty());
+  EXPECT_EQ(last_coverage_.blocks_seen.size(), p.blocks_seen.size());
+  EXPECT_GE(last_coverage_.blocks_seen.size(), 3u);
   // The baselines (libipt's instruction decoder, and its block decoder used
   // plainly) agree.
   auto base = count_insns_baseline(a.bundle.pt.at(0), *a.image);

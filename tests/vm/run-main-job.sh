@@ -124,6 +124,12 @@ STACKS=$!
 "$SRC/tests/tools/check-bpf-text.py" "$BUNDLE" "$WORK/bpf.txt" || { say "FAIL  BPF text"; exit 1; }
 "$SRC/tests/tools/check-symbols.py" "$BUNDLE" "$WORK/report.json" "$WORK/guest-kallsyms" "$WORK/bpf.txt" ||
   { say "FAIL  symbols"; exit 1; }
+# The coverage fast path (kthost report --coverage-only) against the full
+# decoder: the same blocks and instructions per function, exactly.
+say "   the coverage fast path against the full decoder (bench_decode_bundle --compare)"
+"$BUILD/tests/bench/bench_decode_bundle" "$BUNDLE" --decoder coverage --runs 1 --compare >"$WORK/coverage-check.jsonl" ||
+  { cat "$WORK/coverage-check.jsonl" >&2; say "FAIL  coverage fast path"; exit 1; }
+grep '"compare"' "$WORK/coverage-check.jsonl"
 # perf's own Intel PT decoder (Debian's linux-perf, no code shared with
 # libipt or kthost) on `kthost export`: totals and per-function counts of
 # every vCPU that perf decodes without an error, and both decoders' errors.
@@ -159,6 +165,9 @@ while :; do
   g cat /tmp/bpf2.txt >"$SECOND-bpf.txt"
   "$SRC/tests/tools/check-bpf-text.py" "$SECOND" "$SECOND-bpf.txt" || { say "FAIL  BPF text (second workload)"; exit 1; }
   "$K" report "$SECOND" --json --top 1000000 --quiet >"$SECOND-report.json"
+  "$BUILD/tests/bench/bench_decode_bundle" "$SECOND" --decoder coverage --runs 1 --compare >"$SECOND-coverage.jsonl" ||
+    { cat "$SECOND-coverage.jsonl" >&2; say "FAIL  coverage fast path (second workload: BPF, modules, a static key)"; exit 1; }
+  grep '"compare"' "$SECOND-coverage.jsonl"
   "$K" export "$SECOND" -o "$SECOND-perf" >"$SECOND-export.log" ||
     { cat "$SECOND-export.log" >&2; say "FAIL  kthost export (second workload)"; exit 1; }
   sed -n 2p "$SECOND-export.log"

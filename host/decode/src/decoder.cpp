@@ -11,6 +11,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "chunks.h"
 #include "padded_streams.h"
 #include "piece_decoder.h"
 
@@ -182,30 +183,9 @@ Result<Profile> decode_profile(const std::map<uint32_t, std::vector<uint8_t>>& s
   auto started = std::chrono::steady_clock::now();
   if (options.cpu && !pt.count(*options.cpu))
     return Error(ErrorCode::InvalidArgument, "the bundle has no CPU " + std::to_string(*options.cpu));
-  // Chunks: runs of consecutive pieces of one CPU, so that a thread's image
-  // only moves forward in time inside a chunk.
-  std::vector<std::vector<Piece>> chunks;
-  uint64_t total_bytes = 0;
-  for (const auto& [cpu, data] : pt) {
-    if (options.cpu && cpu != *options.cpu) continue;
-    std::vector<Piece> chunk;
-    uint64_t chunk_size = 0;
-    for (const Piece& p : split_at_psb(cpu, data)) {
-      chunk.push_back(p);
-      chunk_size += p.end - p.begin;
-      total_bytes += p.end - p.begin;
-      if (chunk_size >= options.chunk_bytes) {
-        chunks.push_back(std::move(chunk));
-        chunk.clear();
-        chunk_size = 0;
-      }
-    }
-    if (!chunk.empty()) chunks.push_back(std::move(chunk));
-  }
-  std::stable_sort(chunks.begin(), chunks.end(),
-                   [](const auto& a, const auto& b) { return a.front().time < b.front().time; });
-  unsigned threads = options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
-  threads = static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(threads, chunks.size())));
+  const Chunks chunks = chunks_of(pt, options);
+  const uint64_t total_bytes = chunks.bytes;
+  const unsigned threads = threads_for(chunks, options);
 
   using Clock = std::chrono::steady_clock;
   auto lap = [last = started]() mutable {
@@ -217,50 +197,10 @@ Result<Profile> decode_profile(const std::map<uint32_t, std::vector<uint8_t>>& s
   std::map<std::string, double> phases;
   phases["split"] = lap();
 
-  std::atomic<size_t> next_chunk{0};
-  std::atomic<uint64_t> done_bytes{0};
   std::vector<std::unique_ptr<PieceDecoder>> decoders;
-  std::vector<Status> results(threads);
   for (unsigned i = 0; i < threads; ++i)
     decoders.push_back(std::make_unique<PieceDecoder>(pt, image, symbols, options, i > 0));
-  std::mutex m;
-  std::condition_variable cv;
-  unsigned finished = 0;
-  auto work = [&](unsigned t) {
-    for (;;) {
-      size_t c = next_chunk.fetch_add(1);
-      if (c >= chunks.size()) break;
-      for (const Piece& p : chunks[c]) {
-        auto st = decoders[t]->decode(p);
-        if (!st) {
-          results[t] = st;
-          next_chunk = chunks.size();
-          break;
-        }
-        done_bytes += p.end - p.begin;
-      }
-    }
-    std::lock_guard<std::mutex> g(m);
-    ++finished;
-    cv.notify_all();
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work, t);
-  if (options.progress) {
-    // The calling thread reports progress and leaves decoding to the pool
-    // plus one more worker, so that reports stay regular.
-    pool.emplace_back(work, 0);
-    std::unique_lock<std::mutex> lk(m);
-    while (finished < threads) {
-      cv.wait_for(lk, std::chrono::milliseconds(200));
-      options.progress(done_bytes.load(), total_bytes);
-    }
-  } else {
-    work(0);
-  }
-  for (auto& th : pool) th.join();
-  for (auto& st : results)
-    if (!st) return st.error();
+  KT_TRY(for_each_piece(chunks, threads, options, [&](unsigned t, const Piece& p) { return decoders[t]->decode(p); }));
   phases["decode"] = lap();
 
   Profile out;

@@ -163,17 +163,29 @@ std::string format_report_text(const Profile& p, const Symbolizer& symbols, cons
                  function_key(symbols.function(e.second)).c_str());
     }
   }
-  if (o.coverage) {
-    out += "\ncoverage (functions and blocks executed, by module)\n";
-    for (const auto& [mod, mc] : coverage_by_module(p, symbols)) {
-      if (!o.coverage_module.empty() && mod != o.coverage_module) continue;
-      out += fmt("  %-24s %8" PRIu64 " functions %10" PRIu64 " blocks %14" PRIu64 " instructions\n", mod.c_str(),
-                 mc.functions, mc.blocks, mc.insns);
-      if (!o.coverage_module.empty())
-        for (const auto& name : mc.names) out += "    " + name + "\n";
-    }
+  if (o.coverage) out += "\n" + coverage_section(p, symbols, o);
+  return out;
+}
+
+std::string coverage_section(const Profile& p, const Symbolizer& symbols, const ReportOptions& o) {
+  std::string out = "coverage (functions and blocks executed, by module)\n";
+  for (const auto& [mod, mc] : coverage_by_module(p, symbols)) {
+    if (!o.coverage_module.empty() && mod != o.coverage_module) continue;
+    out += fmt("  %-24s %8" PRIu64 " functions %10" PRIu64 " blocks %14" PRIu64 " instructions\n", mod.c_str(),
+               mc.functions, mc.blocks, mc.insns);
+    if (!o.coverage_module.empty())
+      for (const auto& name : mc.names) out += "    " + name + "\n";
   }
   return out;
+}
+
+std::string coverage_json(const Profile& p, const Symbolizer& symbols, const ReportOptions& o) {
+  nlohmann::json cov = nlohmann::json::object();
+  for (const auto& [mod, mc] : coverage_by_module(p, symbols)) {
+    if (!o.coverage_module.empty() && mod != o.coverage_module) continue;
+    cov[mod] = {{"functions", mc.functions}, {"blocks", mc.blocks}, {"insns", mc.insns}, {"names", mc.names}};
+  }
+  return cov.dump();
 }
 
 std::string format_report_json(const Profile& p, const Symbolizer& symbols, const ReportOptions& o,
@@ -236,14 +248,7 @@ std::string format_report_json(const Profile& p, const Symbolizer& symbols, cons
                        {"callee", function_key(symbols.function(e.second))}, {"calls", c}});
     j["callgraph"] = edges;
   }
-  if (o.coverage) {
-    nlohmann::json cov = nlohmann::json::object();
-    for (const auto& [mod, mc] : coverage_by_module(p, symbols)) {
-      if (!o.coverage_module.empty() && mod != o.coverage_module) continue;
-      cov[mod] = {{"functions", mc.functions}, {"blocks", mc.blocks}, {"insns", mc.insns}, {"names", mc.names}};
-    }
-    j["coverage"] = cov;
-  }
+  if (o.coverage) j["coverage"] = nlohmann::json::parse(coverage_json(p, symbols, o));
   return j.dump(2) + "\n";
 }
 

@@ -38,6 +38,12 @@ struct ReportOptions {
   std::string coverage_module;  // only this module's functions listed
 };
 
+// The coverage table alone (what --coverage adds), and the same as a JSON
+// object by module: {"functions", "blocks", "insns", "names"}. They read only
+// the profile's function instruction counts and blocks_seen.
+std::string coverage_section(const Profile& profile, const Symbolizer& symbols, const ReportOptions& options);
+std::string coverage_json(const Profile& profile, const Symbolizer& symbols, const ReportOptions& options);
+
 // Terminal tables.
 std::string format_report_text(const Profile& profile, const Symbolizer& symbols, const ReportOptions& options);
 // One JSON document (the summary's functions always; call graph and coverage when asked).
