@@ -77,7 +77,6 @@ uint64_t TextView::next_change() const {
 namespace {
 
 constexpr uint32_t kMaxBlockInsns = 1024;
-constexpr size_t kRetStackSize = 64;  // as the hardware's (and libipt's) return compression
 constexpr unsigned kProbes = 8;
 
 ZydisDecoder& zydis() {
@@ -396,8 +395,10 @@ bool CoverageWalk::walk_to(uint64_t stop, std::string& reason) {
 }
 
 void CoverageWalk::push_return(uint64_t ip) {
-  if (ret_stack_.size() == kRetStackSize) ret_stack_.erase(ret_stack_.begin());
-  ret_stack_.push_back(ip);
+  // A ring: past kRetStackSize the oldest entry is overwritten.
+  ret_top_ = (ret_top_ + 1) % kRetStackSize;
+  ret_stack_[ret_top_] = ip;
+  if (ret_depth_ < kRetStackSize) ++ret_depth_;
 }
 
 bool CoverageWalk::take_tnt_bit(bool taken, std::string& reason) {
@@ -410,9 +411,10 @@ bool CoverageWalk::take_tnt_bit(bool taken, std::string& reason) {
       go(b, 0, b->next);
     return true;
   }
-  if (b->end == BlockEnd::Return && taken && !ret_stack_.empty()) {  // a compressed return
-    go(b, 2, ret_stack_.back());
-    ret_stack_.pop_back();
+  if (b->end == BlockEnd::Return && taken && ret_depth_ > 0) {  // a compressed return
+    go(b, 2, ret_stack_[ret_top_]);
+    ret_top_ = (ret_top_ + kRetStackSize - 1) % kRetStackSize;
+    --ret_depth_;
     return true;
   }
   reason = "a TNT bit where the text has no conditional branch";
@@ -521,13 +523,16 @@ bool CoverageWalk::walk_packets(const Piece& piece, std::string& reason) {
   uint64_t last_ip = 0, async_from = 0;
   go(nullptr, 0, 0);
   leader_ = true;
-  ret_stack_.clear();
+  ret_depth_ = 0;
   in_tail_ = false;
   tail_.clear();
   if (end - p < 16) {
     reason = "a piece shorter than its PSB";
     return false;
   }
+  // Past its last non-zero byte a piece has only PADs.
+  const uint8_t* last_data = end - 1;
+  while (last_data > p && *last_data == 0) --last_data;
   while (p < end) {
     const FastPacketInfo pkt = read_fast_packet(p, end, last_ip);
     if (pkt.kind == FastPacket::Truncated) {
@@ -539,11 +544,7 @@ bool CoverageWalk::walk_packets(const Piece& piece, std::string& reason) {
       return false;
     }
     const uint8_t* next = p + pkt.size;
-    if (!in_tail_ && pkt.kind != FastPacket::Pad) {
-      const uint8_t* q = next;
-      while (q < end && *q == 0) ++q;
-      in_tail_ = q == end;  // the piece's last packet: what it leads to is the tail
-    }
+    if (next > last_data) in_tail_ = true;  // the piece's last packet: what it leads to is the tail
     switch (pkt.kind) {
       case FastPacket::Pad:
       case FastPacket::Ignored: break;
@@ -639,7 +640,7 @@ bool CoverageWalk::walk_packets(const Piece& piece, std::string& reason) {
         }
         go(nullptr, 0, pkt.value);
         leader_ = true;
-        ret_stack_.clear();
+        ret_depth_ = 0;
         state = State::On;
         break;
       case FastPacket::TipPgd:

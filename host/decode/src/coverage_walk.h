@@ -163,7 +163,10 @@ class CoverageWalk {
   uint64_t ip_ = 0;
   FastBlock* link_from_ = nullptr;
   unsigned link_slot_ = 0;
-  std::vector<uint64_t> ret_stack_;
+  // Return compression's stack, as the hardware (and libipt) keep it: 64 entries.
+  static constexpr uint32_t kRetStackSize = 64;
+  uint64_t ret_stack_[kRetStackSize] = {};
+  uint32_t ret_top_ = 0, ret_depth_ = 0;
   bool leader_ = true;
   bool in_tail_ = false;
   std::vector<TailBlock> tail_;
