@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
   uint64_t per_run = kt::test::walk(one, code.prog, code.driver, decide);
   std::vector<uint8_t> run_bytes = one.finish();
   uint64_t runs = static_cast<uint64_t>(million_insns * 1e6 / static_cast<double>(cpus) / static_cast<double>(per_run)) + 1;
-  std::map<uint32_t, std::vector<uint8_t>> pt;
+  kt::PtStreams pt;
   for (uint32_t cpu = 0; cpu < cpus; ++cpu) {
     kt::test::PtWriter w(runs * run_bytes.size() + runs * 64 + 4096);
     for (uint64_t r = 0; r < runs; ++r) {

@@ -38,8 +38,8 @@ struct Fixture {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static Fixture f;
-  std::map<uint32_t, std::vector<uint8_t>> pt;
-  pt[0].assign(data, data + size);
+  kt::PtStreams pt;
+  pt[0] = kt::PtStream(std::vector<uint8_t>(data, data + size));
   kt::DecodeOptions o;
   o.threads = 1;
   o.align_window = 100;

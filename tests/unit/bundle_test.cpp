@@ -13,6 +13,8 @@
 namespace kt {
 namespace {
 
+std::vector<uint8_t> bytes_of(const PtStream& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
 class BundleTest : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = test::make_temp_dir("bundle"); }
@@ -58,7 +60,7 @@ TEST_F(BundleTest, RoundTrip) {
   ASSERT_TRUE(b.ok()) << b.error().message;
   EXPECT_TRUE(b->manifest.complete);
   EXPECT_EQ(b->manifest.cpus, (std::vector<uint32_t>{0, 1}));
-  EXPECT_EQ(b->pt.at(0), pt);
+  EXPECT_EQ(bytes_of(b->pt.at(0)), pt);
   EXPECT_TRUE(b->pt.at(1).empty());
   ASSERT_EQ(b->events.size(), 2u);
   EXPECT_EQ(b->events[0].kind, BundleEvent::Kind::KsymbolRegister);
@@ -92,7 +94,7 @@ TEST_F(BundleTest, CrashCutBundleReadsUpToItsLastFlush) {
   auto b = read_bundle(dir_ + "/b");
   ASSERT_TRUE(b.ok()) << b.error().message;
   EXPECT_FALSE(b->manifest.complete);
-  EXPECT_EQ(b->pt.at(0), first);
+  EXPECT_EQ(bytes_of(b->pt.at(0)), first);
   EXPECT_EQ(b->events.size(), 1u);
   EXPECT_GT(b->ignored_bytes, 0u);
 }

@@ -2,18 +2,20 @@
 // (fuzz_decode_pt found it: a SEGV in pt_pkt_sync_forward). kthost hands
 // libipt only streams with kPtStreamSlack zero bytes after their end; these
 // tests check that the slack is enough, with a guard page right after it, and
-// that every stream reaches libipt padded.
+// that every PtStream, copied or mapped from a bundle's file, has it.
 #include <gtest/gtest.h>
 #include <intel-pt.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "kthost/bundle/bundle.h"
 #include "kthost/decode/decoder.h"
-#include "padded_streams.h"
 
 namespace kt {
 namespace {
@@ -74,34 +76,111 @@ TEST(PtStreamSlack, IsEnoughForLibiptOnEveryCutOfAPsbPattern) {
   std::printf("libipt reads past the end of some of these streams: %s\n", some_cut_needs_slack ? "yes" : "no");
 }
 
-TEST(PtStreamSlack, BundleStreamsArePaddedAndOthersAreCopied) {
-  std::vector<uint8_t> tight = stream_ending_in_psb_pattern();
-  tight.shrink_to_fit();
-  std::vector<uint8_t> copy;
-  const auto& used = padded_stream(tight, copy);
-  EXPECT_EQ(&used, &copy);
-  EXPECT_EQ(used, tight);
-  EXPECT_TRUE(pt_stream_is_padded(used));
-  EXPECT_EQ(std::memcmp(used.data() + used.size(), std::vector<uint8_t>(kPtStreamSlack, 0).data(), kPtStreamSlack), 0);
+// A file of `file_bytes` bytes (the stream, then 0xff) in a fresh temporary
+// directory; the stream is mapped as its first stream.size() bytes.
+class MappedFile {
+ public:
+  MappedFile(const std::vector<uint8_t>& stream, size_t file_bytes) {
+    char name[] = "/tmp/kthost-ptstream-XXXXXX";
+    fd_ = mkstemp(name);
+    path_ = name;
+    std::vector<uint8_t> bytes(file_bytes, 0xff);
+    std::copy(stream.begin(), stream.end(), bytes.begin());
+    if (fd_ >= 0 && write(fd_, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) fd_ = -1;
+  }
+  ~MappedFile() {
+    if (fd_ >= 0) close(fd_);
+    unlink(path_.c_str());
+  }
+  Result<PtStream> map(size_t size) const { return PtStream::map_file(fd_, path_, size); }
 
-  pad_pt_stream(tight);
-  EXPECT_TRUE(pt_stream_is_padded(tight));
-  std::vector<uint8_t> unused;
-  EXPECT_EQ(&padded_stream(tight, unused), &tight);
-  EXPECT_TRUE(unused.empty());
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
+bool slack_is_zero(const PtStream& s) {
+  const std::vector<uint8_t> zeros(kPtStreamSlack, 0);
+  return std::memcmp(s.data() + s.size(), zeros.data(), kPtStreamSlack) == 0;
 }
 
-TEST(PtStreamSlack, SplitAtPsbGivesTheSamePiecesForATightStream) {
+TEST(PtStreamSlack, AStreamInMemoryIsACopyWithZeroSlack) {
   std::vector<uint8_t> tight = stream_ending_in_psb_pattern();
   tight.shrink_to_fit();
-  std::vector<uint8_t> padded = tight;
-  pad_pt_stream(padded);
-  auto a = split_at_psb(0, tight), b = split_at_psb(0, padded);
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].begin, b[i].begin);
-    EXPECT_EQ(a[i].end, b[i].end);
+  PtStream s(tight);
+  EXPECT_FALSE(s.mapped());
+  ASSERT_EQ(s.size(), tight.size());
+  EXPECT_TRUE(std::equal(s.begin(), s.end(), tight.begin()));
+  EXPECT_TRUE(slack_is_zero(s));
+}
+
+// The last partial page is copied, so the slack is zero even where the file
+// goes on past the manifest's size; at every alignment against a page.
+TEST(PtStreamSlack, AMappedStreamHasZeroSlackWhereverItEnds) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const std::vector<uint8_t> pattern = stream_ending_in_psb_pattern();
+  for (size_t size : {size_t{1}, page - 1, page, page + 1, 2 * page - kPtStreamSlack, 3 * page}) {
+    std::vector<uint8_t> stream(size);
+    for (size_t i = 0; i < size; ++i) stream[i] = static_cast<uint8_t>(i * 7 + 1);
+    MappedFile file(stream, size + page);  // 0xff after the stream
+    auto s = file.map(size);
+    ASSERT_TRUE(s) << s.error().message;
+    EXPECT_TRUE(s->mapped() || size < page) << size;
+    ASSERT_EQ(s->size(), size);
+    EXPECT_TRUE(std::equal(s->begin(), s->end(), stream.begin())) << size;
+    EXPECT_TRUE(slack_is_zero(*s)) << "a stream of " << size << " bytes";
   }
+}
+
+// A mapped stream that ends exactly at a page boundary inside a PSB pattern:
+// libipt's read past the end lands in the zero slack.
+TEST(PtStreamSlack, LibiptWalksAMappedStreamEndingAtAPageBoundary) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<uint8_t> pattern = stream_ending_in_psb_pattern();
+  std::vector<uint8_t> stream(page - pattern.size(), 0);  // PAD packets, then the pattern
+  stream.insert(stream.end(), pattern.begin(), pattern.end());
+  MappedFile file(stream, page);
+  auto s = file.map(page);
+  ASSERT_TRUE(s) << s.error().message;
+  auto pieces = split_at_psb(0, *s);
+  auto copied = split_at_psb(0, PtStream(stream));
+  ASSERT_EQ(pieces.size(), copied.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    EXPECT_EQ(pieces[i].begin, copied[i].begin);
+    EXPECT_EQ(pieces[i].end, copied[i].end);
+  }
+}
+
+long resident_pages() {
+  long size = 0, resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return -1;
+  if (std::fscanf(f, "%ld %ld", &size, &resident) != 2) resident = -1;
+  std::fclose(f);
+  return resident;
+}
+
+// release() drops a mapping's pages from the process's resident memory, and
+// what is read again afterwards is still the file's bytes.
+TEST(PtStreamSlack, ReleaseDropsAMappedStreamsPages) {
+  const size_t bytes = size_t{32} << 20;
+  std::vector<uint8_t> stream(bytes);
+  for (size_t i = 0; i < bytes; i += 4096) stream[i] = static_cast<uint8_t>(i >> 12);
+  MappedFile file(stream, bytes);
+  stream = {};
+  auto s = file.map(bytes);
+  ASSERT_TRUE(s) << s.error().message;
+  const long before = resident_pages();
+  unsigned sum = 0;
+  for (size_t i = 0; i < bytes; i += 4096) sum += (*s)[i];
+  const long touched = resident_pages();
+  s->release(0, bytes);
+  const long released = resident_pages();
+  EXPECT_GT(touched - before, static_cast<long>(bytes / 4096) * 9 / 10);
+  EXPECT_LT(released - before, 64) << "pages still resident after release()";
+  unsigned again = 0;
+  for (size_t i = 0; i < bytes; i += 4096) again += (*s)[i];
+  EXPECT_EQ(again, sum);
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ inline std::string make_temp_dir(const char* tag) {
 }
 
 struct SynthBundle {
-  std::map<uint32_t, std::vector<uint8_t>> pt;
+  PtStreams pt;
   std::vector<BundleEvent> events;
   std::vector<TextRecord> text;
   std::string kallsyms, modules;

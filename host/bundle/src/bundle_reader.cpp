@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <nlohmann/json.hpp>
 
@@ -18,9 +19,10 @@ Error bad(const std::string& file, uint64_t offset, const std::string& what) {
   return Error(ErrorCode::InvalidInput, file + ": at offset " + std::to_string(offset) + ": " + what);
 }
 
-// Reads the committed prefix [0, size) of a listed file; counts what lies beyond.
-Result<std::vector<uint8_t>> read_prefix(const std::string& dir, const std::string& name, const BundleFileInfo& info,
-                                         uint64_t max, bool check_crc, uint64_t* ignored) {
+// Opens a listed file whose committed prefix [0, info.size) is at most `max`
+// bytes; counts what lies beyond the prefix.
+Result<UniqueFd> open_prefix(const std::string& dir, const std::string& name, const BundleFileInfo& info,
+                             uint64_t max, uint64_t* ignored) {
   std::string path = dir + "/" + name;
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {
@@ -36,6 +38,20 @@ Result<std::vector<uint8_t>> read_prefix(const std::string& dir, const std::stri
   if (info.size > max)
     return Error(ErrorCode::LimitExceeded, name + ": " + std::to_string(info.size) + " bytes is over the limit");
   *ignored += actual - info.size;
+  return fd;
+}
+
+Status check_crc_of(const std::string& name, const BundleFileInfo& info, uint32_t crc) {
+  if (!info.crc32c || crc == *info.crc32c) return ok_status();
+  return bad(name, 0, "CRC-32C of bytes [0, " + std::to_string(info.size) + ") is " + hex(crc) +
+                          ", manifest.json says " + hex(*info.crc32c) + " (corrupt)");
+}
+
+// Reads the committed prefix of a listed file.
+Result<std::vector<uint8_t>> read_prefix(const std::string& dir, const std::string& name, const BundleFileInfo& info,
+                                         uint64_t max, bool check_crc, uint64_t* ignored) {
+  KT_ASSIGN_OR_RETURN(UniqueFd fd, open_prefix(dir, name, info, max, ignored));
+  std::string path = dir + "/" + name;
   std::vector<uint8_t> data(info.size);
   size_t done = 0;
   while (done < data.size()) {
@@ -45,13 +61,34 @@ Result<std::vector<uint8_t>> read_prefix(const std::string& dir, const std::stri
     if (n == 0) return bad(name, done, "file shrank while being read");
     done += static_cast<size_t>(n);
   }
-  if (check_crc && info.crc32c) {
-    uint32_t crc = crc32c(0, data.data(), data.size());
-    if (crc != *info.crc32c)
-      return bad(name, 0, "CRC-32C of bytes [0, " + std::to_string(info.size) + ") is " + hex(crc) +
-                              ", manifest.json says " + hex(*info.crc32c) + " (corrupt)");
-  }
+  if (check_crc) KT_TRY(check_crc_of(name, info, crc32c(0, data.data(), data.size())));
   return data;
+}
+
+// Maps the committed prefix of a PT file; its CRC is taken a few MiB at a
+// time, each released after, so checking a stream never holds all of it.
+Result<PtStream> map_pt_prefix(const std::string& dir, const std::string& name, const BundleFileInfo& info,
+                               uint64_t max, bool check_crc, uint64_t* ignored) {
+  KT_ASSIGN_OR_RETURN(UniqueFd fd, open_prefix(dir, name, info, max, ignored));
+  KT_ASSIGN_OR_RETURN(PtStream pt, PtStream::map_file(fd.get(), dir + "/" + name, info.size));
+  if (check_crc && info.crc32c) {
+    uint32_t crc = 0;
+    PtReleaser behind(pt);
+    for (uint64_t at = 0; at < pt.size();) {
+      const uint64_t n = std::min<uint64_t>(pt.size() - at, uint64_t{1} << 20);
+      crc = crc32c(crc, pt.data() + at, n);
+      at += n;
+      behind.reached(at);
+    }
+    KT_TRY(check_crc_of(name, info, crc));
+  }
+  return pt;
+}
+
+// A file's error, named with the bundle's directory.
+Error named(Error e, const std::string& dir, const std::string& name) {
+  if (e.message.rfind(name, 0) == 0) e.message = dir + "/" + e.message;
+  return e;
 }
 
 std::string as_string(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
@@ -85,24 +122,24 @@ Result<Bundle> read_bundle(const std::string& dir, const BundleReadOptions& opti
       continue;
     }
     uint64_t ignored = 0;
-    auto data = read_prefix(dir, name, info, name == "text.kts" ? (uint64_t{32} << 30) : options.max_pt_bytes,
-                            options.check_crc, &ignored);
-    if (!data) {
-      Error e = data.take_error();
-      if (e.message.rfind(name, 0) == 0) e.message = dir + "/" + e.message;
-      return e;
-    }
-    b.ignored_bytes += ignored;
     if (starts_with(name, "pt/")) {
       std::optional<uint64_t> cpu;
       if (name.size() >= 10 && starts_with(name, "pt/cpu") && name.compare(name.size() - 3, 3, ".pt") == 0)
         cpu = parse_u64(name.substr(6, name.size() - 9), 10);
       if (!cpu || *cpu > 65535)
         return Error(ErrorCode::InvalidInput, label + ": a PT file must be named pt/cpuN.pt");
-      pad_pt_stream(*data);
-      if (options.check_pt) KT_TRY(options.check_pt(label, *data));
-      b.pt[static_cast<uint32_t>(*cpu)] = std::move(*data);
-    } else if (name == "events.jsonl") {
+      auto pt = map_pt_prefix(dir, name, info, options.max_pt_bytes, options.check_crc, &ignored);
+      if (!pt) return named(pt.take_error(), dir, name);
+      b.ignored_bytes += ignored;
+      if (options.check_pt) KT_TRY(options.check_pt(label, *pt));
+      b.pt[static_cast<uint32_t>(*cpu)] = std::move(*pt);
+      continue;
+    }
+    auto data = read_prefix(dir, name, info, name == "text.kts" ? (uint64_t{32} << 30) : options.max_pt_bytes,
+                            options.check_crc, &ignored);
+    if (!data) return named(data.take_error(), dir, name);
+    b.ignored_bytes += ignored;
+    if (name == "events.jsonl") {
       KT_ASSIGN_OR_RETURN(b.events, parse_events_jsonl(as_string(*data), label));
     } else if (name == "text.kts") {
       auto text = parse_text_store(data->data(), data->size(), label);
@@ -124,7 +161,7 @@ Result<Bundle> read_bundle(const std::string& dir, const BundleReadOptions& opti
     }
   }
   for (uint32_t cpu : b.manifest.cpus)
-    if (b.pt.try_emplace(cpu).second) pad_pt_stream(b.pt[cpu]);
+    b.pt.try_emplace(cpu);
   return b;
 }
 

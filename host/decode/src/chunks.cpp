@@ -11,6 +11,7 @@ namespace kt {
 
 Chunks chunks_of(const PtStreams& pt, const DecodeOptions& options) {
   Chunks out;
+  out.streams = &pt;
   for (const auto& [cpu, data] : pt) {
     if (options.cpu && cpu != *options.cpu) continue;
     std::vector<Piece> chunk;
@@ -57,6 +58,7 @@ Status for_each_piece(const Chunks& chunks, unsigned threads, const DecodeOption
           break;
         }
         done_bytes += p.end - p.begin;
+        chunks.streams->at(p.cpu).release(p.begin, p.end);
       }
     }
     std::lock_guard<std::mutex> g(m);

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "kthost/decode/decoder.h"
-#include "padded_streams.h"
 
 namespace kt {
 
@@ -17,6 +16,7 @@ namespace kt {
 struct Chunks {
   std::vector<std::vector<Piece>> runs;
   uint64_t bytes = 0;  // PT in all the pieces
+  const PtStreams* streams = nullptr;  // whose pieces these are: each is released once decoded
 };
 Chunks chunks_of(const PtStreams& pt, const DecodeOptions& options);
 
@@ -25,7 +25,8 @@ unsigned threads_for(const Chunks& chunks, const DecodeOptions& options);
 
 // Calls work(thread, piece) for every piece, each chunk on one thread, on
 // `threads` threads; options.progress every 200 ms when set. Stops at the
-// first error and returns it.
+// first error and returns it. A piece's PT is released once its work is done,
+// so at most about `threads` pieces of a mapped stream are resident.
 Status for_each_piece(const Chunks& chunks, unsigned threads, const DecodeOptions& options,
                       const std::function<Status(unsigned, const Piece&)>& work);
 

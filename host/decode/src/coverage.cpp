@@ -13,7 +13,6 @@
 
 #include "chunks.h"
 #include "coverage_walk.h"
-#include "padded_streams.h"
 #include "piece_decoder.h"
 
 namespace kt {
@@ -102,11 +101,9 @@ struct CoverageWorker {
 
 }  // namespace
 
-Result<Coverage> decode_coverage(const std::map<uint32_t, std::vector<uint8_t>>& streams, const VersionedImage& image,
+Result<Coverage> decode_coverage(const PtStreams& pt, const VersionedImage& image,
                                  const Symbolizer& symbols, const DecodeOptions& options) {
   using Clock = std::chrono::steady_clock;
-  PtStreams copies;
-  const PtStreams& pt = padded_streams(streams, copies);
   const auto started = Clock::now();
   auto lap = [last = started]() mutable {
     auto now = Clock::now();

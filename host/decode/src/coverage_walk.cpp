@@ -126,7 +126,7 @@ BlockEnd end_of(const ZydisDecodedInstruction& insn) {
 
 }  // namespace
 
-CoverageWalk::CoverageWalk(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
+CoverageWalk::CoverageWalk(const PtStreams& pt, const VersionedImage& image,
                            const Symbolizer& symbols, unsigned cache_bits)
     : pt_(pt), symbols_(symbols), view_(image), cache_(size_t{1} << std::min(cache_bits, 24u)) {}
 

@@ -91,7 +91,7 @@ struct FastBlock {
 
 class CoverageWalk {
  public:
-  CoverageWalk(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
+  CoverageWalk(const PtStreams& pt, const VersionedImage& image,
                const Symbolizer& symbols, unsigned cache_bits = 16);
   // Walks the piece: true, or false with the reason set (nothing of the
   // piece is then counted).
@@ -149,7 +149,7 @@ class CoverageWalk {
   void flush_block(FastBlock& b);
   void add_insns(const FastBlock& b, uint64_t n, std::map<uint32_t, uint64_t>& to);
 
-  const std::map<uint32_t, std::vector<uint8_t>>& pt_;
+  const PtStreams& pt_;
   const Symbolizer& symbols_;
   TextView view_;
   std::vector<FastBlock> cache_;

@@ -12,7 +12,6 @@
 #include <unordered_map>
 
 #include "chunks.h"
-#include "padded_streams.h"
 #include "piece_decoder.h"
 
 namespace kt {
@@ -27,11 +26,10 @@ const char* decode_error_kind_name(DecodeErrorKind k) {
   return "other";
 }
 
-std::vector<Piece> split_at_psb(uint32_t cpu, const std::vector<uint8_t>& stream) {
+std::vector<Piece> split_at_psb(uint32_t cpu, const PtStream& pt) {
   std::vector<Piece> pieces;
-  if (stream.empty()) return pieces;
-  std::vector<uint8_t> copy;
-  const std::vector<uint8_t>& pt = padded_stream(stream, copy);
+  if (pt.empty()) return pieces;
+  PtReleaser behind(pt);  // the search reads every byte: keep only a few MiB resident
   pt_config config;
   pt_config_init(&config);
   config.begin = const_cast<uint8_t*>(pt.data());
@@ -41,6 +39,7 @@ std::vector<Piece> split_at_psb(uint32_t cpu, const std::vector<uint8_t>& stream
   while (pt_pkt_sync_forward(dec) >= 0) {
     uint64_t offset = 0;
     pt_pkt_get_sync_offset(dec, &offset);
+    behind.reached(offset);
     Piece p;
     p.cpu = cpu;
     p.begin = offset;
@@ -176,10 +175,8 @@ void stitch_stacks(std::vector<PieceStacks>& pieces, const std::vector<std::uniq
 
 }  // namespace
 
-Result<Profile> decode_profile(const std::map<uint32_t, std::vector<uint8_t>>& streams, const VersionedImage& image,
+Result<Profile> decode_profile(const PtStreams& pt, const VersionedImage& image,
                                const Symbolizer& symbols, const DecodeOptions& options) {
-  PtStreams copies;
-  const PtStreams& pt = padded_streams(streams, copies);
   auto started = std::chrono::steady_clock::now();
   if (options.cpu && !pt.count(*options.cpu))
     return Error(ErrorCode::InvalidArgument, "the bundle has no CPU " + std::to_string(*options.cpu));

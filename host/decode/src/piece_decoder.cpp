@@ -96,7 +96,7 @@ pt_image_section_cache* own_iscache_for(const VersionedImage& image, bool wanted
 }
 }  // namespace
 
-PieceDecoder::PieceDecoder(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
+PieceDecoder::PieceDecoder(const PtStreams& pt, const VersionedImage& image,
                            const Symbolizer& symbols, const DecodeOptions& options, bool own_sections)
     : pt_(pt),
       image_(image),

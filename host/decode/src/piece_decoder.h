@@ -35,7 +35,7 @@ class PieceDecoder {
  public:
   // `own_sections`: this decoder gets a section cache of its own (every
   // decoder thread but the first), falling back to the shared one.
-  PieceDecoder(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
+  PieceDecoder(const PtStreams& pt, const VersionedImage& image,
                const Symbolizer& symbols, const DecodeOptions& options, bool own_sections = false);
   // Decodes one piece (with candidate alignments when it has errors) and commits it.
   Status decode(const Piece& piece);
@@ -74,7 +74,7 @@ class PieceDecoder {
   CacheEntry& lookup(uint64_t ip, uint64_t end_ip, int isid, int iclass, uint64_t time);
   void forget_leaders();
 
-  const std::map<uint32_t, std::vector<uint8_t>>& pt_;
+  const PtStreams& pt_;
   const VersionedImage& image_;
   const Symbolizer& symbols_;
   const DecodeOptions& options_;

@@ -2,7 +2,6 @@
 
 #include <intel-pt.h>
 
-#include "padded_streams.h"
 
 namespace kt {
 namespace {
@@ -14,10 +13,9 @@ Error bad(const std::string& name, uint64_t offset, const std::string& what) {
 }  // namespace
 
 // Walks every packet; the first one that does not decode is an error at its offset.
-Status check_pt_packets(const std::string& name, const std::vector<uint8_t>& stream) {
-  if (stream.empty()) return ok_status();
-  std::vector<uint8_t> copy;
-  const std::vector<uint8_t>& pt = padded_stream(stream, copy);
+Status check_pt_packets(const std::string& name, const PtStream& pt) {
+  if (pt.empty()) return ok_status();
+  PtReleaser behind(pt);  // every byte is read: keep only a few MiB resident
   pt_config config;
   pt_config_init(&config);
   config.begin = const_cast<uint8_t*>(pt.data());  // libipt only reads
@@ -38,6 +36,7 @@ Status check_pt_packets(const std::string& name, const std::vector<uint8_t>& str
       pt_packet packet;
       uint64_t offset = 0;
       pt_pkt_get_offset(dec, &offset);
+      behind.reached(offset);
       status = pt_pkt_next(dec, &packet, sizeof packet);
       if (status == -pte_eos) break;
       if (status < 0) {

@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "kthost/decode/decoder.h"
-#include "padded_streams.h"
 
 namespace kt {
 namespace {
@@ -36,13 +35,11 @@ const char* event_kind(pt_event_type t) {
 
 }  // namespace
 
-Result<std::vector<TraceLine>> decode_trace(const std::map<uint32_t, std::vector<uint8_t>>& streams,
+Result<std::vector<TraceLine>> decode_trace(const PtStreams& pt,
                                             const VersionedImage& image, const Symbolizer& symbols,
                                             std::optional<uint32_t> cpu, uint64_t from, uint64_t to,
                                             size_t max_lines) {
   std::vector<TraceLine> lines;
-  PtStreams copies;
-  const PtStreams& pt = padded_streams(streams, copies);
   ImageCursor cursor(image);
   for (const auto& [c, data] : pt) {
     if (cpu && c != *cpu) continue;
@@ -153,9 +150,7 @@ struct BlockApi {
 // Instructions in a whole stream, decoded plainly: one decoder, the image as
 // of time 0 moved forward by time, resynchronised at the next PSB after an error.
 template <class Api>
-Result<uint64_t> count_with(const std::vector<uint8_t>& stream, const VersionedImage& image) {
-  std::vector<uint8_t> copy;
-  const std::vector<uint8_t>& pt = padded_stream(stream, copy);
+Result<uint64_t> count_with(const PtStream& pt, const VersionedImage& image) {
   ImageCursor cursor(image);
   KT_TRY(cursor.seek(0));
   pt_config config;
@@ -188,11 +183,11 @@ Result<uint64_t> count_with(const std::vector<uint8_t>& stream, const VersionedI
 
 }  // namespace
 
-Result<uint64_t> count_insns_baseline(const std::vector<uint8_t>& stream, const VersionedImage& image) {
+Result<uint64_t> count_insns_baseline(const PtStream& stream, const VersionedImage& image) {
   return count_with<InsnApi>(stream, image);
 }
 
-Result<uint64_t> count_insns_block_baseline(const std::vector<uint8_t>& stream, const VersionedImage& image) {
+Result<uint64_t> count_insns_block_baseline(const PtStream& stream, const VersionedImage& image) {
   return count_with<BlockApi>(stream, image);
 }
 

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "kthost/bundle/pt_stream.h"
 #include "kthost/common/result.h"
 #include "kthost/textstore/text_store.h"
 
@@ -93,21 +94,10 @@ Result<std::vector<BundleEvent>> parse_events_jsonl(const std::string& text, con
 // and synthetic bundles).
 std::string event_to_json(const BundleEvent& e);
 
-// libipt 2.0.5 reads one byte past the end of its buffer when a stream ends
-// inside a PSB pattern (its PSB search; fuzz_decode_pt found it). So every PT
-// stream handed to libipt has kPtStreamSlack zero bytes allocated after its
-// end: a Bundle's streams are padded as they are read, and the decoder copies
-// any stream that is not (see pt_stream_is_padded).
-inline constexpr size_t kPtStreamSlack = 32;
-// Allocates and zeroes the slack after pt's end; pt's size and bytes stay.
-void pad_pt_stream(std::vector<uint8_t>& pt);
-// Whether pt has room for the slack after its end (its capacity).
-bool pt_stream_is_padded(const std::vector<uint8_t>& pt);
-
 struct Bundle {
   std::string dir;
   BundleManifest manifest;
-  std::map<uint32_t, std::vector<uint8_t>> pt;  // cpu -> stream, cut at the manifest size, padded
+  PtStreams pt;  // cpu -> stream, cut at the manifest size: mapped from its file (see pt_stream.h)
   std::vector<BundleEvent> events;
   TextStoreContents text;
   std::string kallsyms, modules;
@@ -121,7 +111,7 @@ struct BundleReadOptions {
   // Called on each PT stream as it is read; an error stops the read. The
   // decoder's check_pt_packets (kthost/decode/pt_packet_check.h) walks every
   // packet with libipt; kt_bundle itself knows nothing of PT packets.
-  std::function<Status(const std::string& name, const std::vector<uint8_t>& pt)> check_pt;
+  std::function<Status(const std::string& name, const PtStream& pt)> check_pt;
   uint64_t max_pt_bytes = uint64_t{16} << 30;
 };
 // Reads and validates a whole bundle.

@@ -44,7 +44,7 @@ struct Coverage {
 };
 
 // The same options as decode_profile (threads, cpu, chunk_bytes, progress).
-Result<Coverage> decode_coverage(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
+Result<Coverage> decode_coverage(const PtStreams& pt, const VersionedImage& image,
                                  const Symbolizer& symbols, const DecodeOptions& options);
 
 // The coverage part of a full decode, in the same shape (for comparing and for reports).

@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kthost/bundle/pt_stream.h"
 #include "kthost/common/result.h"
 #include "kthost/decode/image.h"
 #include "kthost/decode/symbolizer.h"
@@ -41,7 +42,7 @@ struct Piece {
   uint64_t end_time = 0;        // the next piece's TSC (0: none): the piece ran between time and end_time
 };
 // Splits a stream at every PSB. Bytes before the first PSB are not a piece.
-std::vector<Piece> split_at_psb(uint32_t cpu, const std::vector<uint8_t>& pt);
+std::vector<Piece> split_at_psb(uint32_t cpu, const PtStream& pt);
 
 enum class DecodeErrorKind { NoText, Desync, Overflow, Other };
 const char* decode_error_kind_name(DecodeErrorKind k);
@@ -112,7 +113,7 @@ struct DecodeOptions {
 // Errors: InvalidArgument (unknown CPU), LimitExceeded (libipt allocation).
 StackEdgeCheck check_stack_edges(const Profile& profile, const VersionedImage& image, const Symbolizer& symbols);
 
-Result<Profile> decode_profile(const std::map<uint32_t, std::vector<uint8_t>>& pt, const VersionedImage& image,
+Result<Profile> decode_profile(const PtStreams& pt, const VersionedImage& image,
                                const Symbolizer& symbols, const DecodeOptions& options);
 
 // One line of an instruction trace (itrace): an instruction, or an event.
@@ -126,16 +127,16 @@ struct TraceLine {
 };
 // The instruction trace for PT time [from, to] (libipt's instruction decoder,
 // sequential). Stops after max_lines.
-Result<std::vector<TraceLine>> decode_trace(const std::map<uint32_t, std::vector<uint8_t>>& pt,
+Result<std::vector<TraceLine>> decode_trace(const PtStreams& pt,
                                             const VersionedImage& image, const Symbolizer& symbols,
                                             std::optional<uint32_t> cpu, uint64_t from, uint64_t to,
                                             size_t max_lines = 1000000);
 
 // The benchmark's baseline: libipt's instruction decoder over a whole stream,
 // one thread, the image as of time 0 moved forward by time. Returns instructions.
-Result<uint64_t> count_insns_baseline(const std::vector<uint8_t>& pt, const VersionedImage& image);
+Result<uint64_t> count_insns_baseline(const PtStream& pt, const VersionedImage& image);
 // The same with libipt's block decoder used plainly (as its documentation
 // shows it): the decoder kthost's own is measured against.
-Result<uint64_t> count_insns_block_baseline(const std::vector<uint8_t>& pt, const VersionedImage& image);
+Result<uint64_t> count_insns_block_baseline(const PtStream& pt, const VersionedImage& image);
 
 }  // namespace kt

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kthost/bundle/pt_stream.h"
 #include "kthost/common/result.h"
 
 namespace kt {
@@ -13,6 +14,6 @@ namespace kt {
 // InvalidInput "NAME: at offset N: ..." when the stream does not start with a
 // PSB or holds a packet that does not decode. An empty stream is fine. Fits
 // BundleReadOptions::check_pt.
-Status check_pt_packets(const std::string& name, const std::vector<uint8_t>& pt);
+Status check_pt_packets(const std::string& name, const PtStream& pt);
 
 }  // namespace kt
