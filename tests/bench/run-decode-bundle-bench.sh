@@ -20,7 +20,8 @@
 #                     bundle); its instructions are lines x 1,000,000 (~)
 # and kthost's phases (load, image, symbols, split, decode, merge, stitch,
 # stack_edges, report) at the median, and peak RSS against the target
-# (2 x the largest PSB piece + the text image).
+# (2 x the largest PSB piece + the text image), with the peak after loading
+# the bundle, the image and the symbols, before any decode.
 #
 # Bundles: those given, or, with none, the two it records: the main job's
 # (tests/vm/run-main-job.sh --keep) and a longer syscall workload's, traced
@@ -104,11 +105,12 @@ PYEOF
   fi
   python3 - "$out" "$name" <<'PYEOF'
 import json, statistics, sys
-rows, peak, info = {}, {}, {}
+rows, peak, loaded, info = {}, {}, {}, {}
 for line in open(sys.argv[1]):
     j = json.loads(line)
     if "peak_rss_kib" in j:
         peak[j["decoder"]] = j["peak_rss_kib"]
+        loaded[j["decoder"]] = j.get("loaded_peak_rss_kib")
         if "largest_piece_bytes" in j:
             info = j
     else:
@@ -117,13 +119,14 @@ base = statistics.median(r["seconds"] for r in rows["libipt-block"])
 print(f"\n== {sys.argv[2]}: {info['pt_bytes'] / 1e6:.1f} MB of PT, largest PSB piece "
       f"{info['largest_piece_bytes'] / 1e3:.0f} KB, text image {info['image_bytes'] / 1e6:.1f} MB")
 print(f"{'decoder':14} {'insns':>12} {'min s':>8} {'median s':>9} {'max s':>8} {'M insn/s':>9} {'PT MB/s':>8} "
-      f"{'vs block':>9} {'peak RSS':>9}")
+      f"{'vs block':>9} {'peak RSS':>9} {'loaded':>7}")
 for name, rs in rows.items():
     s = [r["seconds"] for r in rs]
     med = statistics.median(s)
     insns = rs[0]["insns"]
     print(f"{name:14} {insns:12d} {min(s):8.2f} {med:9.2f} {max(s):8.2f} {insns / med / 1e6:9.1f} "
-          f"{rs[0]['pt_bytes'] / med / 1e6:8.1f} {base / med:8.2f}x {peak.get(name, 0) / 1024:7.0f} MB")
+          f"{rs[0]['pt_bytes'] / med / 1e6:8.1f} {base / med:8.2f}x {peak.get(name, 0) / 1024:7.0f} MB "
+          + (f"{loaded[name] / 1024:4.0f} MB" if loaded.get(name) else "      -"))
 for name in [n for n in rows if n.startswith("kthost-") or n.startswith("coverage-")]:
     phases = {}
     for r in rows[name]:
