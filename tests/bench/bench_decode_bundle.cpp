@@ -39,18 +39,6 @@ long peak_rss_kib() {
   return u.ru_maxrss;
 }
 
-// The peak RSS so far, from /proc (ru_maxrss cannot be read twice apart).
-long peak_rss_now_kib() {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return -1;
-  char line[256];
-  long kib = -1;
-  while (std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
-  std::fclose(f);
-  return kib;
-}
-
 int failed(const std::string& what) {
   std::fprintf(stderr, "bench_decode_bundle: %s\n", what.c_str());
   return 1;
@@ -102,7 +90,7 @@ int main(int argc, char** argv) {
     pt_bytes += data.size();
     for (const kt::Piece& p : kt::split_at_psb(cpu, data)) largest_piece = std::max(largest_piece, p.end - p.begin);
   }
-  const long loaded_peak_kib = peak_rss_now_kib();  // bundle, image and symbols: before any decode
+  const long loaded_peak_kib = peak_rss_kib();  // bundle, image and symbols: before any decode
 
   kt::Coverage last_coverage;
   for (int run = 1; run <= runs; ++run) {
@@ -162,7 +150,7 @@ int main(int argc, char** argv) {
       line["seconds"] = since(t);
     }
     line["insns"] = insns;
-    line["peak_rss_kib_so_far"] = peak_rss_now_kib();
+    line["peak_rss_kib_so_far"] = peak_rss_kib();
     std::printf("%s\n", line.dump().c_str());
     std::fflush(stdout);
   }

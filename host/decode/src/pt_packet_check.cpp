@@ -2,7 +2,6 @@
 
 #include <intel-pt.h>
 
-
 namespace kt {
 namespace {
 
