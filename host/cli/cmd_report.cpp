@@ -50,6 +50,8 @@ int coverage_only(const Options& opt, const Analysis& analysis, const DecodeOpti
                      {"blocks_covered", cov->blocks_seen.size()},
                      {"functions_covered", cov->function_insns.size()},
                      {"decode_errors", errors},
+                     {"pt_bytes_not_decoded", cov->skipped_bytes},
+                     {"loop_insns_dropped", cov->loop_insns_dropped},
                      {"pieces", cov->pieces},
                      {"fast_pieces", cov->fast_pieces},
                      {"full_decoder_bytes", cov->fallback_bytes},
@@ -66,6 +68,9 @@ int coverage_only(const Options& opt, const Analysis& analysis, const DecodeOpti
               cov->fast_pieces, cov->pieces, cov->pieces - cov->fast_pieces, human_bytes(cov->fallback_bytes).c_str(),
               errors);
   for (const auto& [why, n] : cov->fallback_reasons) std::printf("  %6" PRIu64 "  %s\n", n, why.c_str());
+  if (cov->skipped_bytes > 0 || cov->loop_insns_dropped > 0)
+    std::printf("not counted: %s of PT after decode errors, %" PRIu64 " instructions of a loop no packet confirmed\n",
+                human_bytes(cov->skipped_bytes).c_str(), cov->loop_insns_dropped);
   std::fputs(coverage_section(p, analysis.symbols, ropt).c_str(), stdout);
   return 0;
 }

@@ -27,6 +27,7 @@ Coverage coverage_of(const Profile& profile) {
   c.pieces = profile.pieces;
   c.error_counts = profile.error_counts;
   c.skipped_bytes = profile.skipped_bytes;
+  c.loop_insns_dropped = profile.loop_insns_dropped;
   c.threads = profile.threads;
   c.seconds = profile.seconds;
   c.phase_seconds = profile.phase_seconds;
@@ -142,6 +143,7 @@ Result<Coverage> decode_coverage(const PtStreams& pt, const VersionedImage& imag
         if (counts.insns) out.function_insns[fn] += counts.insns;
       for (const auto& [kind, n] : part.error_counts) out.error_counts[kind] += n;
       out.skipped_bytes += part.skipped_bytes;
+      out.loop_insns_dropped += part.loop_insns_dropped;
     }
   }
   for (auto it = out.function_insns.begin(); it != out.function_insns.end();)

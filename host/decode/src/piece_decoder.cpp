@@ -79,7 +79,7 @@ void PieceScratch::reset() {
   new_blocks.clear();
   errors.clear();
   error_counts.clear();
-  insns = blocks = error_total = t_end = skipped_bytes = 0;
+  insns = blocks = error_total = t_end = skipped_bytes = loop_insns_dropped = 0;
 }
 
 PieceDecoder::OwnIscache::~OwnIscache() {
@@ -251,8 +251,11 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
   // Text can loop with no branch that needs trace (a cycle of direct jumps,
   // in real code or in text the guest overwrote): libipt then returns blocks
   // forever without reading a packet. Bounded here, and reported.
+  // The blocks decoded since the trace offset last moved are held
+  // (unconfirmed) until it moves again: if they turn out to be such a loop,
+  // they are dropped, not counted as instructions that ran.
   uint64_t last_offset = UINT64_MAX, blocks_here = 0;
-  std::vector<pt_block> tail;
+  std::vector<pt_block> tail, unconfirmed;
   // cut: the block was cut before its last instruction, whose branch is
   // then the next piece's.
   auto process = [&](const pt_block& block, bool cut = false) {
@@ -280,11 +283,17 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
       walk.on_block({e.fn, block.ninsn, cut ? static_cast<uint8_t>(kClsOther) : e.cls, at_entry, fn_kind_[e.fn]});
     }
   };
+  // Hands on the held blocks in order: the unconfirmed ones, then the tail.
+  auto flush = [&] {
+    for (auto& held : unconfirmed) process(held);
+    unconfirmed.clear();
+    for (auto& held : tail) process(held);
+    tail.clear();
+  };
   int status = pt_blk_sync_forward(dec);
   while (status >= 0) {
     while (status & pts_event_pending) {
-      for (auto& held : tail) process(held);  // events keep their place among the blocks
-      tail.clear();
+      flush();  // events keep their place among the blocks
       pt_event ev;
       status = pt_blk_event(dec, &ev, sizeof ev);
       if (status < 0) break;
@@ -320,9 +329,12 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
     // time the held blocks pass it, since no packet follows), and what libipt
     // decoded beyond it is the next piece's. Without a FUP, the final block's
     // branch (it needed the next packet) is the next piece's.
+    const bool moved = offset != last_offset;
     if (offset >= piece.end - piece.begin || status == -pte_eos) {
       if (block.ninsn > 0) tail.push_back(block);
       if (status == -pte_eos) {
+        for (auto& held : unconfirmed) process(held);
+        unconfirmed.clear();
         size_t keep = tail.size();
         uint32_t last_insns = tail.empty() ? 0 : tail.back().ninsn - 1u;
         for (size_t k = tail.size(); piece.next_fup && k-- > 0;) {
@@ -340,27 +352,32 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
         }
         tail.clear();
       }
-    } else {
-      for (auto& held : tail) process(held);
-      tail.clear();
+    } else if (moved || status < 0) {
+      flush();
       process(block);
+    } else if (block.ninsn > 0) {
+      unconfirmed.push_back(block);
     }
-    if (offset != last_offset) {
+    if (moved) {
       last_offset = offset;
       blocks_here = 0;
     } else if (++blocks_here > kMaxBlocksWithoutTrace && status >= 0) {
-      for (auto& held : tail) process(held);
+      uint64_t dropped = 0;
+      for (const auto& held : unconfirmed) dropped += held.ninsn;
+      for (const auto& held : tail) dropped += held.ninsn;
+      unconfirmed.clear();
       tail.clear();
       record(DecodeErrorKind::Other, 0, block.ip,
-             "the text loops with no branch that needs trace (a cycle of direct jumps): the piece's rest is skipped");
+             "the text loops with no branch that needs trace (a cycle of direct jumps; no packet confirms it, so "
+             "its instructions are not counted): the piece's rest is skipped");
+      s.loop_insns_dropped += dropped;
       s.skipped_bytes += (piece.end - piece.begin) - std::min(offset, piece.end - piece.begin);
       status = pt_blk_sync_forward(dec);
       continue;
     }
     if (status < 0) {
       if (status == -pte_eos) break;
-      for (auto& held : tail) process(held);
-      tail.clear();
+      flush();
       record(classify_pt_error(status), status, block.ninsn ? block.end_ip : block.ip);
       s.skipped_bytes += (piece.end - piece.begin) - std::min(offset, piece.end - piece.begin);
       status = pt_blk_sync_forward(dec);  // the next PSB is the next piece's: this ends the piece
@@ -370,7 +387,7 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
     uint32_t lost_mtc = 0, lost_cyc = 0;
     if (pt_blk_time(dec, &tsc, &lost_mtc, &lost_cyc) >= 0) update_time(tsc);
   }
-  for (auto& held : tail) process(held);
+  flush();
   s.t_end = walk.now();
   s.final_node = walk.final_node();
   s.final_pending = static_cast<uint8_t>(walk.pending());
@@ -438,6 +455,7 @@ void PieceDecoder::commit(uint32_t cpu, uint64_t piece_begin, PieceScratch& s) {
     if (total_.errors.size() < options_.max_error_examples) total_.errors.push_back(e);
   for (const auto& [k, v] : s.error_counts) total_.error_counts[k] += v;
   total_.skipped_bytes += s.skipped_bytes;
+  total_.loop_insns_dropped += s.loop_insns_dropped;
   total_.insns += s.insns;
   total_.blocks += s.blocks;
   total_.cpu_insns[cpu] += s.insns;
@@ -467,6 +485,7 @@ void PieceDecoder::merge_into(Profile& out, size_t index, std::vector<PieceStack
   for (const auto& e : total_.errors) out.errors.push_back(e);
   for (const auto& [k, v] : total_.error_counts) out.error_counts[k] += v;
   out.skipped_bytes += total_.skipped_bytes;
+  out.loop_insns_dropped += total_.loop_insns_dropped;
   out.alignment_retries += total_.alignment_retries;
   out.alignment_fixed += total_.alignment_fixed;
   out.image_rebuilds += cursor_.rebuilds();

@@ -67,6 +67,7 @@ struct PieceScratch {
   std::vector<DecodeErrorRecord> errors;
   uint64_t error_total = 0;  // errors other than overflow
   uint64_t skipped_bytes = 0;  // PT bytes not decoded after an error (the rest of the piece)
+  uint64_t loop_insns_dropped = 0;  // instructions of a loop no packet confirmed, not counted
   uint64_t t_end = 0;        // PT time at the end of the piece
   uint32_t final_node = 0;   // the stack at the end of the piece
   uint8_t final_pending = 0; // PieceWalk::Pending: what its last instruction began

@@ -83,6 +83,8 @@ std::string errors_line(const Profile& p) {
   if (p.skipped_bytes > 0)
     line += fmt("; %" PRIu64 " bytes of PT (%.2f%%) not decoded after them", p.skipped_bytes,
                 p.bytes ? 100.0 * static_cast<double>(p.skipped_bytes) / static_cast<double>(p.bytes) : 0.0);
+  if (p.loop_insns_dropped > 0)
+    line += fmt("; %" PRIu64 " instructions of a loop no packet confirmed not counted", p.loop_insns_dropped);
   return line;
 }
 
@@ -209,6 +211,7 @@ std::string format_report_json(const Profile& p, const Symbolizer& symbols, cons
                         {"ip", hex(e.ip)}, {"time", e.time}, {"detail", e.detail}});
   errors["examples"] = examples;
   errors["skipped_bytes"] = p.skipped_bytes;
+  errors["loop_insns_dropped"] = p.loop_insns_dropped;
   j["errors"] = errors;
   j["alignment"] = {{"retries", p.alignment_retries}, {"fixed", p.alignment_fixed}};
   j["losses"] = losses;

@@ -38,6 +38,7 @@ struct Coverage {
   std::map<std::string, uint64_t> fallback_reasons;      // why pieces went to the full decoder
   std::map<DecodeErrorKind, uint64_t> error_counts;      // the full decoder's, on those pieces
   uint64_t skipped_bytes = 0;
+  uint64_t loop_insns_dropped = 0;                       // as Profile::loop_insns_dropped
   unsigned threads = 1;
   double seconds = 0;
   std::map<std::string, double> phase_seconds;           // split, decode, merge

@@ -82,6 +82,7 @@ struct Profile {
   std::set<std::pair<uint32_t, uint64_t>> blocks_seen;            // (function, block start)
   std::map<DecodeErrorKind, uint64_t> error_counts;
   uint64_t skipped_bytes = 0;             // PT bytes an error left undecoded (up to the next PSB)
+  uint64_t loop_insns_dropped = 0;        // instructions of a loop no packet confirmed (a wrong path), not counted
   std::vector<DecodeErrorRecord> errors;  // the first max_error_examples, by CPU and offset
   uint64_t alignment_retries = 0, alignment_fixed = 0, image_rebuilds = 0;
   StackEdgeCheck stack_edges;
