@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -93,6 +94,8 @@ class MappedFile {
     unlink(path_.c_str());
   }
   Result<PtStream> map(size_t size) const { return PtStream::map_file(fd_, path_, size); }
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
 
  private:
   int fd_ = -1;
@@ -181,6 +184,27 @@ TEST(PtStreamSlack, ReleaseDropsAMappedStreamsPages) {
   unsigned again = 0;
   for (size_t i = 0; i < bytes; i += 4096) again += (*s)[i];
   EXPECT_EQ(again, sum);
+}
+
+// A mapped file cut short by someone else while it is read: the read of a
+// lost page ends the process with status 2 and an error naming the file and
+// the offset, not with a crash.
+TEST(PtStreamSlackDeathTest, AFileCutShortWhileMappedIsAClearError) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const size_t bytes = size_t{16} << 12;
+  MappedFile file(std::vector<uint8_t>(bytes, 7), bytes);
+  auto s = file.map(bytes);
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EXIT(
+      {
+        if (ftruncate(file.fd(), 4096) != 0) _exit(3);
+        volatile uint8_t v = (*s)[8 * 4096 + 5];
+        (void)v;
+        _exit(0);
+      },
+      testing::ExitedWithCode(2), "kthost-ptstream-.*: the file was cut short .*offset 32773 is gone");
+  // A fault outside any mapped stream still goes to the earlier handler.
+  EXPECT_DEATH(raise(SIGBUS), "");
 }
 
 }  // namespace

@@ -2,22 +2,110 @@
 // kPtStreamSlack zero bytes after its end.
 #include "kthost/bundle/pt_stream.h"
 
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstring>
+#include <mutex>
 
 namespace kt {
+
+namespace {
+
+// A file cut short by someone else while it is mapped makes a read of its
+// lost pages raise SIGBUS. The mapped ranges are kept here, so that the
+// handler can name the file and end the process with a clear error (status
+// 2) instead of a crash. Lock-free: the handler only loads.
+struct MappedFile {
+  std::atomic<bool> used{false};
+  std::atomic<uintptr_t> begin{0}, end{0};
+  char path[240] = {};
+};
+MappedFile g_mapped[64];
+struct sigaction g_previous_sigbus;
+
+void put(const char* s) {
+  size_t n = std::strlen(s);
+  while (n > 0) {
+    ssize_t w = ::write(STDERR_FILENO, s, n);
+    if (w <= 0) return;
+    s += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void on_sigbus(int, siginfo_t* info, void*) {
+  const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (const auto& m : g_mapped) {
+    const uintptr_t b = m.begin.load(std::memory_order_acquire), e = m.end.load(std::memory_order_acquire);
+    if (b == 0 || addr < b || addr >= e) continue;
+    char offset[24];
+    size_t i = sizeof offset;
+    offset[--i] = 0;
+    uintptr_t v = addr - b;
+    do offset[--i] = static_cast<char>('0' + v % 10); while ((v /= 10) != 0 && i > 0);
+    put("kthost: ");
+    put(m.path);
+    put(": the file was cut short while it was being read (its byte at offset ");
+    put(offset + i);
+    put(" is gone): something changed the bundle under the reader\n");
+    ::_exit(2);
+  }
+  // Not a mapped bundle file: the fault is not ours to explain. The earlier
+  // disposition takes it, raised again (and, for a fault, when the faulting
+  // instruction runs again).
+  ::sigaction(SIGBUS, &g_previous_sigbus, nullptr);
+  ::raise(SIGBUS);
+}
+
+// The slot of a mapping of [begin, end) (-1: none free; the mapping then
+// goes without a clear error on truncation).
+int watch_mapping(const uint8_t* begin, size_t bytes, const std::string& path) {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, &g_previous_sigbus);
+  });
+  for (int i = 0; i < static_cast<int>(std::size(g_mapped)); ++i) {
+    auto& m = g_mapped[i];
+    if (m.used.exchange(true, std::memory_order_acq_rel)) continue;
+    const size_t n = std::min(path.size(), sizeof m.path - 1);
+    std::memcpy(m.path, path.data(), n);
+    m.path[n] = 0;
+    m.end.store(reinterpret_cast<uintptr_t>(begin) + bytes, std::memory_order_release);
+    m.begin.store(reinterpret_cast<uintptr_t>(begin), std::memory_order_release);
+    return i;
+  }
+  return -1;
+}
+
+void unwatch_mapping(int slot) {
+  if (slot < 0) return;
+  auto& m = g_mapped[slot];
+  m.begin.store(0, std::memory_order_release);
+  m.end.store(0, std::memory_order_release);
+  m.used.store(false, std::memory_order_release);
+}
+
+}  // namespace
 
 struct PtStream::Storage {
   std::vector<uint8_t> owned;  // a copy, with the slack as capacity
   void* area = nullptr;        // a mapping: the file's whole pages, then anonymous pages
   size_t area_bytes = 0;
+  int watch = -1;              // its slot among the mapped files the SIGBUS handler names
   Storage() = default;
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   ~Storage() {
+    unwatch_mapping(watch);
     if (area) ::munmap(area, area_bytes);
   }
 };
@@ -68,6 +156,7 @@ Result<PtStream> PtStream::map_file(int fd, const std::string& path, uint64_t si
     done += static_cast<size_t>(n);
   }
   if (::mprotect(base + whole, area_bytes - whole, PROT_READ) != 0) return io_error("mprotect " + path, errno);
+  if (whole != 0) s->watch = watch_mapping(base, whole, path);
   PtStream out;
   out.bytes_ = base;
   out.size_ = static_cast<size_t>(size);

@@ -10,6 +10,12 @@
 // pattern (its PSB search; fuzz_decode_pt found it). A mapping's last partial
 // page is copied into anonymous memory, so that what follows the stream's
 // size is zero even where the file goes on (bytes past the manifest's size).
+//
+// A mapped file that someone else cuts short while it is read would fault
+// (SIGBUS) on its lost pages: the first mapping installs a SIGBUS handler
+// that names the file and the offset and ends the process with status 2
+// (64 mappings at once are watched; a fault elsewhere goes to the handler
+// that was there before).
 #pragma once
 
 #include <cstddef>
