@@ -158,6 +158,13 @@ int run(const std::vector<std::string>& args) {
                 opt.positionals().at(0).c_str(), pt.size(), analysis->bundle.events.size(),
                 analysis->bundle.text.records.size(), static_cast<unsigned long>(st.versions),
                 static_cast<unsigned long>(st.pokes), static_cast<unsigned long>(st.pokes_unmapped));
+    const auto& clock = analysis->bundle.manifest.clock;
+    if (!clock.identity && clock.time_mult == 0)
+      std::printf("clock: unknown (the trace ended before the guest sent its clock): text changes are placed at the "
+                  "trace's start, and decode errors near them are likely\n");
+    else if (clock.estimated)
+      std::printf("clock: estimated from arrival times (the guest's perf clock was not its TSC): text changes may "
+                  "be placed up to the fastest sideband delivery late\n");
     if (st.poke_quantum)
       std::printf("note: %lu pokes need more text versions than libipt holds: pokes within %lu PT time units share one\n",
                   static_cast<unsigned long>(st.pokes), static_cast<unsigned long>(st.poke_quantum));

@@ -110,6 +110,16 @@ def main(argv):
     check(bpf_checked > 0 and bpf_wrong == 0,
           f"BPF programs at the addresses the guest kernel gave: {bpf_checked} checked, {bpf_wrong} differ"
           + (f" (e.g. {examples[:3]})" if bpf_wrong else ""))
+    # ktprobe runs every tracing program it attaches (fentry/fexit: --calls
+    # times through its trampoline); socket and xdp programs are only loaded.
+    # Each one that ran must be decoded, not just some.
+    ran = {f"kts_{kind}_{index}" for index, kind, _ in progs if kind in ("fentry", "fexit")}
+    seen = {"kts_" + f["name"].split("_kts_", 1)[1] for f in report["functions"]
+            if f["module"] == "bpf" and "_kts_" in f["name"]}
+    not_decoded = sorted(ran - seen)
+    check(not not_decoded,
+          f"every BPF program that ran is in the report: {len(ran) - len(not_decoded)} of {len(ran)}"
+          + (f" (missing {not_decoded[:5]})" if not_decoded else ""))
     return 1 if failures else 0
 
 

@@ -101,16 +101,20 @@ TEST(TscOffsetEstimator, ArrivalBoundKeepsTheSmallestAndRestartsAtHello) {
   clock.time_shift = 10;
   auto e = TscOffsetEstimator::arrival_bound();
   EXPECT_FALSE(e.offset());
-  e.on_event(1000, 5000);  // no clock yet: ignored
+  e.on_event(1000, {5000, 0});  // no clock yet: ignored
   EXPECT_FALSE(e.offset());
+  EXPECT_FALSE(e.has_clock());
   e.on_hello(clock);
-  e.on_event(1000, 5000);
-  e.on_event(2000, 5500);  // bound 3500
-  e.on_event(3000, 9000);  // bound 6000: not smaller
+  e.on_event(1000, {5000, 0});
+  e.on_event(2000, {5500, 0});  // bound 3500
+  e.on_event(3000, {9000, 0});  // bound 6000: not smaller
   ASSERT_TRUE(e.offset());
   EXPECT_EQ(*e.offset(), 3500);
   EXPECT_EQ(e.bundle_clock().pt_offset, 3500);
   EXPECT_FALSE(e.bundle_clock().identity);
+  EXPECT_TRUE(e.has_clock());
+  EXPECT_FALSE(e.estimated());
+  EXPECT_FALSE(e.bundle_clock().estimated);
   e.on_hello(clock);  // a new guest clock session
   EXPECT_FALSE(e.offset());
 }
@@ -121,10 +125,59 @@ TEST(TscOffsetEstimator, ExactIgnoresArrivalsAndHellos) {
   clock.valid = true;
   clock.time_mult = 1;
   e.on_hello(clock);
-  e.on_event(10, 1);
+  e.on_event(10, {1, 0});
   ASSERT_TRUE(e.offset());
   EXPECT_EQ(*e.offset(), -777);
   EXPECT_FALSE(TscOffsetEstimator::none().offset());
+}
+
+// A guest that marked its TSC unstable sends no TSC parameters. With a host
+// TSC of 2.5 ticks/ns, events stamped p (perf ns) truly at host raw ns
+// p + 1'000'000 and received 7 us (or later) after: the estimated clock puts
+// each event within the fastest delivery (7 us = 17500 ticks) of the truth.
+TEST(TscOffsetEstimator, WithoutAGuestTscClockTheClockIsEstimatedFromArrivals) {
+  auto e = TscOffsetEstimator::arrival_bound();
+  GuestClock unstable;  // valid false
+  e.on_hello(unstable);
+  const uint64_t raw_at_perf0 = 1'000'000, tsc_at_raw0 = 40'000'000'000ull;
+  auto host_at = [&](uint64_t raw) { return HostArrival{tsc_at_raw0 + raw * 5 / 2, raw}; };
+  uint64_t delays[] = {9000, 7000, 120000, 7000, 30000, 8000};
+  uint64_t perf = 5'000'000;
+  for (uint64_t d : delays) {
+    e.on_event(perf, host_at(perf + raw_at_perf0 + d));
+    EXPECT_FALSE(e.offset());  // no guest TSC to offset
+    perf += 20'000'000;
+  }
+  ASSERT_TRUE(e.has_clock());
+  EXPECT_TRUE(e.estimated());
+  BundleClock c = e.bundle_clock();
+  EXPECT_TRUE(c.estimated);
+  EXPECT_FALSE(c.identity);
+  for (uint64_t p : {5'000'000ull, 47'000'000ull, 105'000'000ull, 400'000'000ull}) {
+    const uint64_t truth = host_at(p + raw_at_perf0).tsc;
+    const auto got = static_cast<int64_t>(c.to_pt(p) - truth);
+    EXPECT_GE(got, 17500 - 50) << p;  // late by the fastest delivery, never early
+    EXPECT_LE(got, 17500 + 50) << p;
+  }
+  // The manifest keeps it, and says where it came from.
+  BundleManifest m;
+  m.clock = c;
+  m.cpus = {};
+  auto json = manifest_to_json(m);
+  EXPECT_NE(json.find("\"host_arrival\""), std::string::npos);
+  auto back = parse_manifest(json, "manifest.json");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_TRUE(back->clock.estimated);
+  EXPECT_EQ(back->clock.to_pt(47'000'000), c.to_pt(47'000'000));
+}
+
+TEST(TscOffsetEstimator, WithoutAGuestTscClockAShortTraceHasNoRateAndNoClock) {
+  auto e = TscOffsetEstimator::arrival_bound();
+  e.on_hello(GuestClock{});
+  e.on_event(1000, {100, 2000});
+  e.on_event(2000, {2600, 3000});  // 1 us apart: too short to know the rate
+  EXPECT_FALSE(e.has_clock());
+  EXPECT_FALSE(TscOffsetEstimator::none().has_clock());
 }
 
 TEST(LossCounters, GuardTotalsSinceLoadCountOnlyWhatTheTraceMissed) {

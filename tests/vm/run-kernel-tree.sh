@@ -6,13 +6,18 @@
 #   2. ktguard is built against that tree (guest-kit/ktguard/build.sh --kdir);
 #   3. the test image takes the tree's bzImage and modules
 #      (vm-images/build-image.sh --kernel-tree);
-#   4. the guest boots it under TCG with the software PT plugin: uname -r is
-#      the tree's release, and ktguard is loaded with every hook attached;
+#   4. the guest boots it under TCG with the software PT plugin and
+#      tsc=unstable: uname -r is the tree's release, ktguard is loaded with
+#      every hook attached, and the guest's perf clock is not its TSC (as on
+#      a guest whose TSC failed a check; CI once met that by chance), so
+#      kthost trace must estimate the clock from arrival times;
 #   5. `kthost trace` over BPF programs, a module cycle and syscalls, then
 #      `kthost report --vmlinux TREE/vmlinux --json`;
-#   6. checks against what shares no code with kthost: the bundle's BPF text
+#   6. checks against what shares no code with kthost: the bundle's clock was
+#      estimated (manifest source host_arrival), the bundle's BPF text
 #      equals the guest kernel's JIT bytes (check-bpf-text.py), the symbols
-#      equal the guest's /proc/kallsyms (check-symbols.py), and every source
+#      equal the guest's /proc/kallsyms and every BPF program that ran is
+#      decoded at its address (check-symbols.py), and every source
 #      line the report gives equals LLVM's llvm-addr2line on the tree's vmlinux
 #      (check-source-lines.py); zero guard misses;
 #   7. scripts/kthost-ci.sh given the tree itself as its base kernel (it
@@ -68,7 +73,8 @@ say "3. the test image from the tree"
 
 say "4. boot under TCG with the software PT plugin"
 "$SRC/vm-images/ktvm" start --image "$WORK/image" --state-dir "$STATE" --name kthost-tree --accel tcg --smp 2 \
-  --boot-timeout 300 --plugin "$BUILD/pt-plugin/ktpt.so,out=$WORK/pt,trigger=$WORK/pt-on" >"$WORK/boot.log" 2>&1 ||
+  --boot-timeout 300 --append tsc=unstable \
+  --plugin "$BUILD/pt-plugin/ktpt.so,out=$WORK/pt,trigger=$WORK/pt-on" >"$WORK/boot.log" 2>&1 ||
   { tail -n 20 "$WORK/boot.log" "$STATE/console.log" 2>/dev/null; fail "the guest did not boot"; }
 running=$(g uname -r)
 [ "$running" = "$release" ] || fail "the guest runs '$running', not the tree's $release"
@@ -89,6 +95,13 @@ g cat /proc/kallsyms >"$WORK/guest-kallsyms"
 "$K" report "$WORK/bundle" --vmlinux "$TREE/vmlinux" --json --top 1000000 --quiet >"$WORK/report.json"
 
 say "6. checks"
+python3 - "$WORK/bundle/manifest.json" <<'EOF' || fail "the bundle's clock"
+import json, sys
+c = json.load(open(sys.argv[1]))["clock"]["perf_to_tsc"]
+ok = isinstance(c, dict) and c.get("source") == "host_arrival"
+print(("ok    " if ok else "FAIL  ") + f"the guest's perf clock is not its TSC (tsc=unstable): the bundle clock is estimated ({c})")
+sys.exit(0 if ok else 1)
+EOF
 python3 - "$WORK/bundle/summary.json" <<'EOF' || fail "the trace lost holds"
 import json, sys
 s = json.load(open(sys.argv[1]))

@@ -34,6 +34,8 @@ std::string manifest_to_json(const BundleManifest& m) {
                             {"time_mult", m.clock.time_mult},
                             {"time_shift", m.clock.time_shift},
                             {"pt_offset", m.clock.pt_offset}};
+  if (!m.clock.identity && m.clock.time_mult != 0 && m.clock.estimated)
+    clock["perf_to_tsc"]["source"] = "host_arrival";  // absent: the guest's own TSC parameters
   nlohmann::json j = {{"format", "kthost-bundle"}, {"version", m.version},  {"writer", m.writer},
                       {"clock", clock},            {"cpus", m.cpus},        {"flush_seq", m.flush_seq},
                       {"complete", m.complete},    {"files", files}};
@@ -98,6 +100,11 @@ Result<BundleManifest> parse_manifest(const std::string& text, const std::string
     if (auto off = p2t->find("pt_offset"); off != p2t->end()) {
       if (!off->is_number_integer()) return bad(name, "clock: bad \"pt_offset\"");
       m.clock.pt_offset = off->get<int64_t>();
+    }
+    if (auto src = p2t->find("source"); src != p2t->end()) {
+      if (!src->is_string() || (*src != "host_arrival" && *src != "guest"))
+        return bad(name, "clock: bad \"source\" (want \"guest\" or \"host_arrival\")");
+      m.clock.estimated = *src == "host_arrival";
     }
   } else {
     return bad(name, "clock: bad \"perf_to_tsc\"");

@@ -1,6 +1,5 @@
 #include "kthost/trace/sideband_reader.h"
 
-#include <x86intrin.h>
 
 namespace kt {
 
@@ -36,7 +35,7 @@ void SidebandReader::run() {
       if (stopping_) return;
     }
     auto events = channel_.poll(poll_wait_);
-    const uint64_t tsc = __rdtsc();
+    const HostArrival arrival = HostArrival::now();
     if (!events) {
       std::lock_guard<std::mutex> lock(mu_);
       error_ = events.take_error();
@@ -55,7 +54,7 @@ void SidebandReader::run() {
     view_.stats = channel_.decoder().stats();
     view_.handshake_done = channel_.handshake_done();
     if (state) view_.state = std::move(state);
-    queue_.push_back(SidebandBatch{std::move(*events), tsc});
+    queue_.push_back(SidebandBatch{std::move(*events), arrival});
     cv_.notify_all();
   }
 }

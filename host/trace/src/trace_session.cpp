@@ -202,7 +202,7 @@ struct TraceSession::State {
   void write_hold_lines();
   void on_guard_state(const GuardStateEvent& g);
   void on_guard_hooks(const GuardHooksEvent& g);
-  void handle(const SidebandEvent& ev, uint64_t received_tsc);
+  void handle(const SidebandEvent& ev, const HostArrival& received);
   void store_pending_texts();
   void once_a_second();
 };
@@ -210,7 +210,7 @@ struct TraceSession::State {
 void TraceSession::State::handle_batches(std::vector<SidebandBatch> batches) {
   view = reader->view();
   for (auto& b : batches) {
-    for (const auto& ev : b.events) handle(ev, b.received_tsc);
+    for (const auto& ev : b.events) handle(ev, b.received);
     log.append(std::move(b.events));
   }
   use_kernel_page_tables();
@@ -275,7 +275,7 @@ void TraceSession::State::find_mirror_by_symbol() {
   if (!st) notice("ktguard's notice mirror not found by symbol (" + st.error().message + "): the first notice finds it");
 }
 
-void TraceSession::State::handle(const SidebandEvent& ev, uint64_t received_tsc) {
+void TraceSession::State::handle(const SidebandEvent& ev, const HostArrival& received) {
   if (const auto* g = std::get_if<GuardStateEvent>(&ev.body)) on_guard_state(*g);
   if (const auto* g = std::get_if<GuardHooksEvent>(&ev.body)) on_guard_hooks(*g);
   if (!std::holds_alternative<GuardNoticeEvent>(ev.body)) {  // holds were answered on the reader thread
@@ -283,8 +283,13 @@ void TraceSession::State::handle(const SidebandEvent& ev, uint64_t received_tsc)
     saver->on_event(ev);
   }
   if (auto st = bundle->append_event_json(to_json(ev)); !st) end("bundle: " + st.error().message, true);
-  if (const auto* hello = std::get_if<HelloEvent>(&ev.body)) clock.on_hello(hello->clock);
-  clock.on_event(ev.time, received_tsc);
+  if (const auto* hello = std::get_if<HelloEvent>(&ev.body)) {
+    clock.on_hello(hello->clock);
+    if (!hello->clock.valid && clock.mode() != TscOffsetEstimator::Mode::None)
+      notice("the guest's perf clock is not its TSC (cap_user_time_zero 0: the guest marked its TSC unstable); "
+             "sideband times are estimated from arrival times (to within the fastest delivery)");
+  }
+  clock.on_event(ev.time, received);
   if (std::holds_alternative<StateDumpEvent>(ev.body) && !have_symbols && view.state) {
     have_symbols = true;
     (void)bundle->write_whole_file("kallsyms", kallsyms_text(*view.state));
@@ -399,7 +404,7 @@ void TraceSession::State::once_a_second() {
   if (target.check_alive)
     if (auto alive = target.check_alive(); !alive) return end("guest: " + alive.error().message, true);
   losses().to_bundle(*bundle);
-  if (clock.guest_clock().valid) bundle->set_clock(clock.bundle_clock());
+  if (clock.has_clock()) bundle->set_clock(clock.bundle_clock());
   if (auto st = bundle->flush(); !st) notice(st.error().message);
   write_hold_lines();
 }
@@ -580,7 +585,7 @@ Result<TraceSummary> TraceSession::finish(const std::string& reason) {
         s.bundle->set_loss("aux_partial" + cpu, c.ring->partial);
         s.bundle->set_loss("aux_collision" + cpu, c.ring->collision);
       }
-  if (s.clock.guest_clock().valid) s.bundle->set_clock(s.clock.bundle_clock());
+  if (s.clock.has_clock()) s.bundle->set_clock(s.clock.bundle_clock());
   auto closed = s.bundle->close();
   if (s.guard) s.guard->flush();  // the reader has stopped: no lock needed
   sum.end_reason = s.end_reason;

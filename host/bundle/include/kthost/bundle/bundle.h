@@ -47,6 +47,11 @@ struct BundleClock {
   // estimates at the guest's HELLO (to within the channel's latency); with
   // hardware PT on KVM it is minus KVM's TSC offset.
   int64_t pt_offset = 0;
+  // The guest's perf clock was not its TSC (cap_user_time_zero 0): kthost
+  // trace estimated these parameters from arrival times, and PT time stands
+  // in for the guest TSC. Sideband times are then off by up to the fastest
+  // delivery plus a rate error of about 1e-5 (see TscOffsetEstimator).
+  bool estimated = false;
   // PT time for a sideband time (modulo 2^64, as perf computes it).
   uint64_t to_pt(uint64_t perf_time) const;
 };

@@ -21,12 +21,13 @@
 
 #include "kthost/common/result.h"
 #include "kthost/sideband/channel.h"
+#include "kthost/trace/tsc_offset_estimator.h"
 
 namespace kt {
 
 struct SidebandBatch {
   std::vector<SidebandEvent> events;
-  uint64_t received_tsc = 0;  // host TSC right after the bytes were read
+  HostArrival received;  // host TSC and CLOCK_MONOTONIC_RAW right after the bytes were read
 };
 
 // What the main thread may know of the channel, copied after every read.
