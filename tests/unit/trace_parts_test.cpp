@@ -171,6 +171,26 @@ TEST(TscOffsetEstimator, WithoutAGuestTscClockTheClockIsEstimatedFromArrivals) {
   EXPECT_EQ(back->clock.to_pt(47'000'000), c.to_pt(47'000'000));
 }
 
+TEST(TscOffsetEstimator, ATscClockThatAppearsLaterReplacesTheEstimate) {
+  auto e = TscOffsetEstimator::arrival_bound();
+  e.on_hello(GuestClock{});
+  e.on_event(1000, {100, 2000});
+  e.on_event(90'000'000, {300'000'000, 90'002'000});
+  EXPECT_TRUE(e.estimated());
+  GuestClock tsc;
+  tsc.valid = true;
+  tsc.time_mult = 1u << 10;
+  tsc.time_shift = 10;
+  e.on_clock_change(tsc);
+  e.on_event(100'000'000, {100'000'700, 100'000'800});
+  EXPECT_FALSE(e.estimated());
+  ASSERT_TRUE(e.offset());
+  EXPECT_EQ(*e.offset(), 700);
+  e.on_clock_change(GuestClock{});  // gone again: the last TSC parameters stay
+  EXPECT_FALSE(e.estimated());
+  EXPECT_EQ(e.bundle_clock().time_mult, 1u << 10);
+}
+
 TEST(TscOffsetEstimator, WithoutAGuestTscClockAShortTraceHasNoRateAndNoClock) {
   auto e = TscOffsetEstimator::arrival_bound();
   e.on_hello(GuestClock{});

@@ -289,6 +289,7 @@ void TraceSession::State::handle(const SidebandEvent& ev, const HostArrival& rec
       notice("the guest's perf clock is not its TSC (cap_user_time_zero 0: the guest marked its TSC unstable); "
              "sideband times are estimated from arrival times (to within the fastest delivery)");
   }
+  if (const auto* change = std::get_if<ClockEvent>(&ev.body)) clock.on_clock_change(change->clock);
   clock.on_event(ev.time, received);
   if (std::holds_alternative<StateDumpEvent>(ev.body) && !have_symbols && view.state) {
     have_symbols = true;

@@ -46,6 +46,12 @@ void TscOffsetEstimator::on_hello(const GuestClock& clock) {
   if (mode_ == Mode::ArrivalBound) offset_.reset();
 }
 
+void TscOffsetEstimator::on_clock_change(const GuestClock& clock) {
+  if (!clock.valid) return;
+  if (!clock_.valid && mode_ == Mode::ArrivalBound) offset_.reset();  // bounds start with the TSC clock
+  clock_ = clock;
+}
+
 void TscOffsetEstimator::on_event(uint64_t perf_time, const HostArrival& received) {
   if (mode_ == Mode::None || !perf_time || !hello_) return;
   if (!first_) first_ = received;

@@ -42,6 +42,11 @@ class TscOffsetEstimator {
   static TscOffsetEstimator none() { return {}; }
 
   void on_hello(const GuestClock& clock);
+  // The guest's perf clock parameters changed (a CLOCK frame). A TSC clock
+  // that appears replaces an estimate; one that goes away (the guest marked
+  // its TSC unstable mid-trace) leaves the last parameters in use: perf's
+  // clock stays continuous across that change.
+  void on_clock_change(const GuestClock& clock);
   // An event stamped `perf_time` (guest perf clock) that reached the host at
   // `received`.
   void on_event(uint64_t perf_time, const HostArrival& received);
