@@ -77,6 +77,7 @@ struct alignas(64) Vcpu {
   const GtInsn* gt_pending = nullptr;  // last recorded instruction that touches memory
   unsigned gt_mem_count = 0;           // ... and the memory callbacks it got so far
   uint64_t gt_faults = 0;              // recorded instructions removed as not retired
+  uint64_t gt_int3 = 0;                // INT3s run (left out: PT shows them as an event at their address)
   uint32_t stopped_generation = 0;     // the last trigger-off this vCPU has confirmed
   std::unique_ptr<ktpt::TruthStacks> truth;  // truth=on
   bool iret_loaded = false;            // the current block's IRET reported its first load
@@ -290,6 +291,17 @@ void gt_rep_insn_exec(unsigned index, void* userdata) {
   record_gt(g_vcpus[index], static_cast<const GtInsn*>(userdata), true);
 }
 
+// An INT3 (a breakpoint, or text_poke_bp's byte while a site is rewritten)
+// traps to its handler; the encoder shows it as an event at its own address,
+// as for a fault, so it is not a retired instruction in the ground truth
+// either. Under TCG a poke's INT3 can stay in place for thousands of hits.
+void gt_int3_exec(unsigned index, void* address) {
+  if (index >= g_vcpus.size() || !g_vcpus[index].tracing) return;
+  Vcpu& v = g_vcpus[index];
+  gt_settle_pending(v, reinterpret_cast<uintptr_t>(address));
+  ++v.gt_int3;
+}
+
 void gt_mem_access(unsigned index, qemu_plugin_meminfo_t, uint64_t, void*) {
   if (index < g_vcpus.size()) ++g_vcpus[index].gt_mem_count;
 }
@@ -346,6 +358,11 @@ void tb_translate(qemu_plugin_id_t, struct qemu_plugin_tb* tb) {
     }
     if (g_config.ground_truth) {
       const ktpt::InsnFacts facts = ktpt::instruction_facts(bytes, size);
+      if (size == 1 && bytes[0] == 0xcc) {
+        qemu_plugin_register_vcpu_insn_exec_cb(insn, gt_int3_exec, QEMU_PLUGIN_CB_NO_REGS,
+                                               reinterpret_cast<void*>(static_cast<uintptr_t>(address)));
+        continue;
+      }
       auto* gt = new GtInsn{address, address + size, facts.branch ? uint8_t{0} : facts.memory_accesses};
       qemu_plugin_register_vcpu_insn_exec_cb(insn, facts.rep_string ? gt_rep_insn_exec : gt_insn_exec,
                                              QEMU_PLUGIN_CB_NO_REGS, gt);
@@ -382,14 +399,15 @@ void write_stats(unsigned index, const Vcpu& v) {
   std::fprintf(f,
                "pt_bytes=%lld\nkernel_blocks=%llu\nrep_repeats=%llu\nkernel_insns=%llu\ngt_entries=%llu\nevents=%llu\n"
                "resolved_async=%llu\nresolved_fault=%llu\noverflows=%llu\npsbs=%llu\nenables=%llu\n"
-               "disables=%llu\nencode_errors=%llu\nwrite_failed=%d\ngt_faults_removed=%llu\n",
+               "disables=%llu\nencode_errors=%llu\nwrite_failed=%d\ngt_faults_removed=%llu\ngt_int3_left_out=%llu\n",
                pt_bytes, static_cast<unsigned long long>(s.kernel_blocks), static_cast<unsigned long long>(s.rep_repeats),
                static_cast<unsigned long long>(s.kernel_insns), static_cast<unsigned long long>(v.gt_entries),
                static_cast<unsigned long long>(s.events), static_cast<unsigned long long>(s.resolved_async),
                static_cast<unsigned long long>(s.resolved_fault), static_cast<unsigned long long>(s.overflows),
                static_cast<unsigned long long>(s.psbs), static_cast<unsigned long long>(s.enables),
                static_cast<unsigned long long>(s.disables), static_cast<unsigned long long>(s.encode_errors),
-               v.write_failed ? 1 : 0, static_cast<unsigned long long>(v.gt_faults));
+               v.write_failed ? 1 : 0, static_cast<unsigned long long>(v.gt_faults),
+               static_cast<unsigned long long>(v.gt_int3));
   std::fclose(f);
 }
 
