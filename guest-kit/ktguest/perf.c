@@ -1,11 +1,13 @@
 /* Per-CPU perf sideband rings.
  *
- * Each online CPU gets one software dummy event with ksymbol, bpf_event and
- * text_poke (side-band records are delivered only to events of the CPU that
+ * Each online CPU gets one software dummy event with ksymbol, bpf_event,
+ * text_poke and context_switch (side-band records are delivered only to events of the CPU that
  * made the change, so one system-wide event per CPU is required), and, when
  * the module tracepoints exist, two tracepoint events whose samples are
  * redirected into the same ring (PERF_EVENT_IOC_SET_OUTPUT): one ring per
- * CPU, one order per CPU. The default perf clock is kept so record times
+ * CPU, one order per CPU. Context switches go out in batches (TASK_SWITCHES,
+ * only the out-records: the host needs whose stack each switch leaves for).
+ * The default perf clock is kept so record times
  * match the mmap page's time_zero conversion.
  *
  * Everything read from a ring is untrusted: a record size that cannot be
@@ -40,6 +42,11 @@ struct ring {
   int lost_readable;      /* the events were opened with PERF_FORMAT_LOST */
   uint64_t lost_records;  /* sum of the ring's PERF_RECORD_LOST counts */
   uint64_t lost_reported; /* reported to the host: never below lost_records */
+  /* Switches read but not yet sent: pairs (ns after sw_time, next tid). */
+  uint32_t sw[KTP_MAX_SWITCH_WORDS];
+  uint32_t sw_words;
+  uint64_t sw_time;
+  uint32_t sw_cpu;
 };
 
 static struct ring *rings[KTG_MAX_CPUS];
@@ -79,6 +86,7 @@ static struct ring *ring_open(int cpu) {
   a.ksymbol = 1;
   a.bpf_event = 1;
   a.text_poke = 1;
+  a.context_switch = 1;
   /* Wake up on a storm well before the ring fills; a lone record waits for
    * the 100 ms timer instead of costing a wakeup each. */
   a.watermark = 1;
@@ -264,6 +272,27 @@ static void text_poke(uint64_t time, uint32_t cpu, uint64_t addr, const uint8_t 
   } while (off < total);
 }
 
+static void flush_switches(struct ring *r) {
+  if (r->sw_words == 0) return;
+  struct ktp_task_switches m = {r->sw_time, r->sw_cpu, r->sw_words, r->sw};
+  ktg_enqueue(KTG_LANE_LIVE, ktp_encode_task_switches(ktg_scratch(), KTP_MAX_FRAME, 0, &m));
+  g_ctr.task_switch_frames++;
+  r->sw_words = 0;
+}
+
+static void task_switch(struct ring *r, uint64_t time, uint32_t cpu, uint32_t next_tid) {
+  if (r->sw_words != 0 &&
+      (r->sw_words + 2 > KTP_MAX_SWITCH_WORDS || cpu != r->sw_cpu || time < r->sw_time || time - r->sw_time > UINT32_MAX))
+    flush_switches(r);
+  if (r->sw_words == 0) {
+    r->sw_time = time;
+    r->sw_cpu = cpu;
+  }
+  r->sw[r->sw_words++] = (uint32_t)(time - r->sw_time);
+  r->sw[r->sw_words++] = next_tid;
+  g_ctr.task_switches++;
+}
+
 /* Parses one whole record of `size` bytes (size >= 8, a multiple of 8). */
 static void parse_record(struct ring *r, const uint8_t *rec, uint32_t size) {
   uint32_t type = rd32(rec);
@@ -305,6 +334,12 @@ static void parse_record(struct ring *r, const uint8_t *rec, uint32_t size) {
       if ((uint32_t)old_len + new_len > body_len - 12) goto bad;
       g_ctr.text_pokes++;
       text_poke(time, cpu, rd64(body), body + 12, old_len, body + 12 + old_len, new_len);
+      return;
+    }
+    case PERF_RECORD_SWITCH_CPU_WIDE: {
+      /* u32 next_prev_pid, next_prev_tid: the next task on an out-record. */
+      if (body_len < 8) goto bad;
+      if (rd16(rec + 4) & PERF_RECORD_MISC_SWITCH_OUT) task_switch(r, time, cpu, rd32(body + 4));
       return;
     }
     case PERF_RECORD_LOST: {
@@ -396,6 +431,7 @@ void ktg_perf_drain(void) {
     cursor_load(next);
   }
   for (int i = 0; i < n; ++i) {
+    flush_switches(cur[i].r);
     struct perf_event_mmap_page *pg = (struct perf_event_mmap_page *)cur[i].r->base;
     __atomic_store_n(&pg->data_tail, cur[i].tail, __ATOMIC_RELEASE);
   }

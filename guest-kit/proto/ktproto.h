@@ -40,6 +40,7 @@ extern "C" {
 #define KTP_MAX_BLOB 256u       /* text_poke old/new bytes: the kernel's limit is far below */
 #define KTP_MAX_BATCH 1024u     /* symbols per STATE_SYMBOLS frame */
 #define KTP_MAX_CPUS 8192u
+#define KTP_MAX_SWITCH_WORDS 1024u /* TASK_SWITCHES: 512 switches per frame */
 
 /* Every message, struct and field below is expanded from the tables in
  * ktproto_schema.h; this header only says how each kind of field looks in C. */
@@ -90,8 +91,8 @@ enum ktp_guard_mode {
   KTP_GUARD_ABSENT = 2, /* the host asked for it, but ktguard cannot be opened (not loaded, no such kernel) */
   KTP_GUARD_OFF = 3     /* it was on and stopped (device error, host gone) */
 };
-/* proto_minor 1: GUARD_STATE exists. 2: GUARD_HOOKS exists. */
-#define KTP_PROTO_MINOR 2u
+/* proto_minor 1: GUARD_STATE exists. 2: GUARD_HOOKS exists. 3: TASK_SWITCHES exists. */
+#define KTP_PROTO_MINOR 3u
 
 /* GUARD_ACK status. */
 enum ktp_hold_status { KTP_HOLD_SAVED = 0, KTP_HOLD_NOT_SAVED = 1 };

@@ -153,10 +153,20 @@
   F(U64, time, _)                                                                     \
   F(STR, hooks, _) /* ktguard's hooks parameter: "<kernel function> <how>" per line */
 
+/* The switches away from a task on one CPU, in order: perf's
+ * PERF_RECORD_SWITCH_CPU_WIDE out-records (made in prepare_task_switch, just
+ * before __switch_to_asm runs). `switches` holds pairs (ns after `time`, the
+ * tid switched to); `time` is the first switch's guest perf time, and every
+ * pair lies within 2^32 ns of it. */
+#define KTP_PAYLOAD_task_switches(F)                                       \
+  F(U64, time, _)                                                          \
+  F(U32, cpu, _)                                                           \
+  F(U32S, switches, KTP_MAX_SWITCH_WORDS) /* 2 words per switch */
+
 #define KTP_PAYLOADS(P)                                                                             \
   P(hello) P(hello_ack) P(state_begin) P(state_symbols) P(module) P(bpf_prog) P(cpus) P(state_end) \
   P(ksymbol) P(bpf_event) P(text_poke) P(lost) P(guard_notice) P(guard_ack) P(heartbeat)           \
-  P(clock_change) P(error) P(guard_state) P(guard_hooks)
+  P(clock_change) P(error) P(guard_state) P(guard_hooks) P(task_switches)
 
 /* ---- messages ----
  * M(NAME, type number, function name, payload, sender). Sender: GUEST, HOST or
@@ -183,6 +193,7 @@
   M(ERROR, 19, error, error, EITHER)                               \
   M(HOST_HELLO, 20, host_hello, hello_ack, HOST)                   \
   M(GUARD_STATE, 21, guard_state, guard_state, GUEST) /* minor 1 */ \
-  M(GUARD_HOOKS, 22, guard_hooks, guard_hooks, GUEST) /* minor 2 */
+  M(GUARD_HOOKS, 22, guard_hooks, guard_hooks, GUEST) /* minor 2 */ \
+  M(TASK_SWITCHES, 23, task_switches, task_switches, GUEST) /* minor 3 */
 
 #endif

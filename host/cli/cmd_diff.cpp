@@ -41,7 +41,7 @@ Result<TracedRun> load_run(const std::string& path) {
     return run;
   }
   KT_ASSIGN_OR_RETURN(auto a, open_analysis(path));
-  KT_ASSIGN_OR_RETURN(auto profile, decode_profile(a.bundle.pt, *a.image, a.symbols, DecodeOptions{}));
+  KT_ASSIGN_OR_RETURN(auto profile, decode_profile(a.bundle.pt, *a.image, a.symbols, a.decode_options()));
   run.summary = summarize(profile, a.symbols);
   run.stacks = folded_stacks_of(profile, a.symbols);
   for (const auto& [k, n] : a.bundle.losses)

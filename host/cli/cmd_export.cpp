@@ -41,8 +41,7 @@ int run(const std::vector<std::string>& args) {
     if (progress) std::fprintf(stderr, "kthost export: decoding, to count the instructions the notes concern\n");
     auto analysis = open_analysis(opt.positionals().at(0));
     if (!analysis) return fail(kName, analysis.error());
-    DecodeOptions dopt;
-    auto profile = decode_profile(analysis->bundle.pt, *analysis->image, analysis->symbols, dopt);
+    auto profile = decode_profile(analysis->bundle.pt, *analysis->image, analysis->symbols, analysis->decode_options());
     if (!profile) return fail(kName, profile.error());
     count_note_instructions(s->notes, *profile, analysis->symbols);
   }

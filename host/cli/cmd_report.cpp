@@ -121,7 +121,7 @@ int run(const std::vector<std::string>& args) {
     return 0;
   }
 
-  DecodeOptions dopt;
+  DecodeOptions dopt = analysis->decode_options();
   dopt.threads = static_cast<unsigned>(threads.value_or(0));
   dopt.align_window = window.value_or(kAlignAuto);
   bool progress = !opt.has("quiet") && ::isatty(2);

@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
   auto symbols = kt::Symbolizer::from_bundle(*bundle);
   if (!symbols) return failed(symbols.error().message);
   const double symbols_s = since(t);
+  const kt::TaskSwitchLog switches = kt::task_switch_log(*bundle);
   uint64_t pt_bytes = 0, largest_piece = 0;
   for (const auto& [cpu, data] : bundle->pt) {
     pt_bytes += data.size();
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
       kt::DecodeOptions o;
       o.threads = threads;
       o.check_stack_edges = false;
+      o.task_switches = &switches;
       auto profile = kt::decode_profile(bundle->pt, **image, *symbols, o);
       if (!profile) return failed(profile.error().message);
       const double decode_s = since(t);
@@ -160,6 +162,7 @@ int main(int argc, char** argv) {
     kt::DecodeOptions o;
     o.threads = threads;
     o.check_stack_edges = false;
+    o.task_switches = &switches;
     auto profile = kt::decode_profile(bundle->pt, **image, *symbols, o);
     if (!profile) return failed(profile.error().message);
     const auto diffs = kt::coverage_differences(last_coverage, kt::coverage_of(*profile), *symbols, 20);

@@ -141,6 +141,34 @@ TEST_F(BundleTest, BadEventLineNamesLineAndOffset) {
   EXPECT_NE(e.find("events.jsonl: line 2 at offset " + std::to_string(first.size() + 1)), std::string::npos) << e;
 }
 
+TEST(BundleEvents, TaskSwitchesRoundTripAndBadOnesAreNamed) {
+  BundleEvent e;
+  e.kind = BundleEvent::Kind::TaskSwitches;
+  e.kind_name = "task_switches";
+  e.time = 100;
+  e.cpu = 1;
+  e.switches = {{100, 7}, {250, 0}, {900, 4294967295u}};
+  auto back = parse_events_jsonl(event_to_json(e) + "\n", "E");
+  ASSERT_TRUE(back) << back.error().message;
+  ASSERT_EQ(back->size(), 1u);
+  EXPECT_EQ((*back)[0].kind, BundleEvent::Kind::TaskSwitches);
+  EXPECT_EQ((*back)[0].cpu, 1u);
+  EXPECT_EQ((*back)[0].switches, e.switches);
+  for (const char* bad : {R"({"kind":"task_switches","time":1,"cpu":0,"switches":[[1,2],[3]]})",
+                          R"({"kind":"task_switches","time":1,"cpu":0,"switches":[[1,4294967296]]})",
+                          R"({"kind":"task_switches","time":1,"switches":[[1,2]]})",
+                          R"({"kind":"task_switches","time":1,"cpu":0})"}) {
+    auto r = parse_events_jsonl(std::string(bad) + "\n", "E");
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message.find("task_switches"), std::string::npos) << r.error().message;
+  }
+  std::string many = R"({"kind":"task_switches","time":1,"cpu":0,"switches":[)";
+  for (int i = 0; i < 513; ++i) many += std::string(i ? "," : "") + "[1,2]";
+  auto r = parse_events_jsonl(many + "]}\n", "E");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("more than the 512"), std::string::npos) << r.error().message;
+}
+
 TEST_F(BundleTest, CorruptTextStoreNamesOffset) {
   auto w = writer();
   ASSERT_TRUE(w->append_text(test::text_record(TextSource::Load, 5, 0x1000, {1, 2, 3})));

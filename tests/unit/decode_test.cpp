@@ -449,6 +449,92 @@ TEST_F(DecodeTest, StacksAreStitchedAcrossPieces) {
   }
 }
 
+// Task switches: B (tid 200) calls sched, which calls __switch_to_asm, on
+// CPU 0; the switch's return lands in task A (tid 100), unseen before. On
+// CPU 1, later, C switches to B, and B unwinds from sched. The guest's log
+// says which task each switch went to.
+test::SynthBundle task_switch_bundle(bool with_log) {
+  using test::kText;
+  test::SynthBundle b;
+  std::vector<uint8_t> t(0x1000, 0xcc);
+  auto put = [&](uint64_t at, std::vector<uint8_t> code) { std::copy(code.begin(), code.end(), t.begin() + static_cast<long>(at)); };
+  put(0x400, {0xe8, 0xfb, 0x01, 0x00, 0x00, 0x90, 0xc3});  // a_outer: call sched; nop; ret
+  put(0x480, {0xe8, 0x7b, 0x01, 0x00, 0x00, 0x90, 0xc3});  // c_outer: call sched; nop; ret
+  put(0x500, {0xe8, 0x3b, 0x00, 0x00, 0x00, 0x90, 0xc3});  // b_outer: call b_inner; nop; ret
+  put(0x540, {0xe8, 0xbb, 0x00, 0x00, 0x00, 0x90, 0xc3});  // b_inner: call sched; nop; ret
+  put(0x600, {0xe8, 0xfb, 0x00, 0x00, 0x00, 0x90, 0xc3});  // sched: call __switch_to_asm; nop; ret
+  put(0x700, {0xc3});                                      // __switch_to_asm: ret (onto the next task)
+  b.text.push_back(test::text_record(TextSource::Snapshot, 0, kText, t, "core"));
+  b.kallsyms =
+      "ffffffff81000400 T a_outer\nffffffff81000480 T c_outer\nffffffff81000500 T b_outer\n"
+      "ffffffff81000540 T b_inner\nffffffff81000600 T sched\nffffffff81000700 T __switch_to_asm\n"
+      "ffffffff81000800 T end_of_text\n";
+  test::PtWriter w0;
+  w0.psb(1000);
+  w0.pge(kText + 0x500);   // B: b_outer -> b_inner -> sched -> __switch_to_asm
+  w0.tip(kText + 0x605);   // its ret: A's sched frame
+  w0.tip(kText + 0x405);   // sched's ret into a_outer
+  w0.pgd(test::kUserAddress);
+  b.pt[0] = w0.finish();
+  test::PtWriter w1;
+  w1.psb(1250);
+  w1.pge(kText + 0x480);   // C: c_outer -> sched -> __switch_to_asm
+  w1.tip(kText + 0x605);   // its ret: B's sched frame, on this CPU
+  w1.tip(kText + 0x545);   // back into b_inner
+  w1.tip(kText + 0x505);   // back into b_outer
+  w1.pgd(test::kUserAddress);
+  b.pt[1] = w1.finish();
+  if (with_log) {
+    auto log = [&](uint32_t cpu, std::vector<std::pair<uint64_t, uint32_t>> switches) {
+      BundleEvent e;
+      e.kind = BundleEvent::Kind::TaskSwitches;
+      e.kind_name = "task_switches";
+      e.time = switches.front().first;
+      e.cpu = cpu;
+      e.switches = std::move(switches);
+      b.events.push_back(e);
+    };
+    log(0, {{500, 200}, {1100, 100}});  // to B before the trace; B -> A
+    log(1, {{600, 300}, {1300, 200}});  // to C before the trace; C -> B
+  }
+  return b;
+}
+
+TEST_F(DecodeTest, ATaskResumesTheStackItLeftOnAnotherCpu) {
+  for (bool with_log : {true, false}) {
+    Analysis a = open(task_switch_bundle(with_log));
+    for (unsigned threads : {1u, 2u}) {
+      DecodeOptions o = a.decode_options();
+      o.threads = threads;
+      auto p = decode_profile(a.bundle.pt, *a.image, a.symbols, o);
+      ASSERT_TRUE(p) << p.error().message;
+      EXPECT_TRUE(p->error_counts.empty());
+      EXPECT_EQ(p->task_switches.seen, 2u);
+      const std::string folded = folded_stacks(*p, a.symbols);
+      if (with_log) {
+        EXPECT_EQ(p->task_switches.logged, 4u);
+        EXPECT_EQ(p->task_switches.matched, 2u);
+        EXPECT_EQ(p->task_switches.resumed, 1u);  // B; A had not been seen to leave
+        EXPECT_EQ(folded,
+                  "[base_unknown];a_outer 2\n[base_unknown];sched 2\n"  // A: its frames below are unknown
+                  "b_outer 3\nb_outer;b_inner 3\nb_outer;b_inner;sched 3\n"
+                  "b_outer;b_inner;sched;__switch_to_asm 1\n"
+                  "c_outer 1\nc_outer;sched 1\nc_outer;sched;__switch_to_asm 1\n")
+            << threads << " threads";
+      } else {
+        EXPECT_EQ(p->task_switches.matched, 0u);
+        EXPECT_EQ(folded,
+                  "[base_unknown];a_outer 2\n[base_unknown];b_inner 2\n[base_unknown];b_outer 2\n"
+                  "[base_unknown];sched 4\n"
+                  "b_outer 1\nb_outer;b_inner 1\nb_outer;b_inner;sched 1\n"
+                  "b_outer;b_inner;sched;__switch_to_asm 1\n"
+                  "c_outer 1\nc_outer;sched 1\nc_outer;sched;__switch_to_asm 1\n")
+            << threads << " threads";
+      }
+    }
+  }
+}
+
 // A piece ends where the next PSB's FUP says execution was: here the PSB
 // comes when f_func's nop is about to run, so the nop is the second piece's
 // alone, though libipt decodes the first piece on to f_func's ret.

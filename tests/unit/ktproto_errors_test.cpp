@@ -75,6 +75,8 @@ std::vector<Case> every_type() {
   static ktp_error err;
   static ktp_guard_state gstate;
   static ktp_guard_hooks ghooks;
+  static uint32_t switch_slots[KTP_MAX_SWITCH_WORDS];
+  static ktp_task_switches tswitches{0, 0, 0, switch_slots};
 
   std::vector<Case> cases;
   auto add = [&](std::function<long(uint8_t*, size_t)> enc, std::function<int(const ktp_frame*)> parse) {
@@ -143,6 +145,10 @@ std::vector<Case> every_type() {
   const ktp_guard_hooks in_ghooks{2, name};
   add([&](uint8_t* p, size_t c) { return ktp_encode_guard_hooks(p, c, 0, &in_ghooks); },
       [](auto f) { return ktp_parse_guard_hooks(f, &ghooks); });
+  uint32_t in_switch_words[4] = {0, 17, 900, 0};
+  const ktp_task_switches in_tswitches{1000, 1, 4, in_switch_words};
+  add([&](uint8_t* p, size_t c) { return ktp_encode_task_switches(p, c, 0, &in_tswitches); },
+      [](auto f) { return ktp_parse_task_switches(f, &tswitches); });
   return cases;
 }
 

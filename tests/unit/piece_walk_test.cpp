@@ -19,14 +19,17 @@ class PieceWalkTest : public ::testing::Test {
     s_.node_insns.assign(1, 0);
   }
   // The stack of the walk's current node, root first ("M0" for a base marker
-  // with no frames popped, "M2" with two).
-  std::string stack(const PieceWalk& w) const {
+  // with no frames popped, "M2" with two, "W1M0" for the first task
+  // switch's segment).
+  std::string stack(const PieceWalk& w) const { return stack_of(w.current()); }
+  std::string stack_of(uint32_t node) const {
     std::vector<uint32_t> path;
-    tree_.path_of(w.current(), path);
+    tree_.path_of(node, path);
     std::string out;
     for (uint32_t f : path) {
       if (!out.empty()) out += ">";
-      out += (f & kStackMarker) ? "M" + std::to_string(f & ~kStackMarker)
+      out += (f & kStackMarker) ? (marker_segment(f) ? "W" + std::to_string(marker_segment(f)) : std::string()) + "M" +
+                                      std::to_string(marker_popped(f))
              : f == kBase       ? std::string("?")
              : f == kThunk      ? std::string("T")
              : f == kSwitch     ? std::string("S")
@@ -247,7 +250,7 @@ TEST_F(PieceWalkTest, AJumpThroughAThunkIntoTheMiddleOfAFunctionIsNoCall) {
   EXPECT_EQ(s_.fn_calls[kB], 1u);  // the call from A only
 }
 
-TEST_F(PieceWalkTest, TheReturnOutOfATaskSwitchLandsOnAnUnknownBaseNotTheOldTasksFrames) {
+TEST_F(PieceWalkTest, TheReturnOutOfATaskSwitchStartsASegmentAndKeepsTheLeavingTasksStack) {
   PieceWalk w = walk(0);
   w.on_block(block(kA, kClsCall));       // the old task: A calls __schedule (B)
   w.on_block(block(kB, kClsCall));       // B calls __switch_to_asm
@@ -259,10 +262,29 @@ TEST_F(PieceWalkTest, TheReturnOutOfATaskSwitchLandsOnAnUnknownBaseNotTheOldTask
   w.on_block(block(kC, kClsReturn, 4, false));
   EXPECT_EQ(stack(w), "M0>A>B>C");
   w.on_block(block(kB, kClsReturn, 4, false));  // __switch_to returns: the next task's __schedule
-  EXPECT_EQ(stack(w), "?>B");
-  w.on_block(block(kD, kClsOther, 4, false));  // returns below it stay on the unknown base
-  EXPECT_EQ(stack(w), "?>D");
-  EXPECT_EQ(w.underflows(), 0u);
+  EXPECT_EQ(stack(w), "W1M0>B");                // on the next task's stack (the stitcher's to fill)
+  ASSERT_EQ(s_.switch_out.size(), 1u);
+  EXPECT_EQ(stack_of(s_.switch_out[0]), "M0>A>B");  // the old task's stack, less the switch
+  w.on_block(block(kD, kClsOther, 4, false));  // returns below it pop the next task's frames
+  EXPECT_EQ(stack(w), "W1M1>D");
+  EXPECT_EQ(w.underflows(), 1u);
+  // A second switch: a second segment, whose leaving stack is the first's.
+  w.on_block(block(kD, kClsCall));
+  w.on_block(block(kSwitch, kClsJump, 3));
+  w.on_block(block(kC, kClsReturn, 4, false));
+  w.on_block(block(kA, kClsOther, 4, false));
+  EXPECT_EQ(stack(w), "W2M0>A");
+  ASSERT_EQ(s_.switch_out.size(), 2u);
+  EXPECT_EQ(stack_of(s_.switch_out[1]), "W1M1>D");
+}
+
+TEST_F(PieceWalkTest, APieceThatBeginsInsideTheSwitchLeavesItOntoTheNextTask) {
+  PieceWalk w = walk(0);
+  w.on_block(block(kSwitch, kClsReturn, 4, false));  // the PSB fell inside __switch_to
+  w.on_block(block(kB, kClsOther, 4, false));
+  EXPECT_EQ(stack(w), "W1M0>B");
+  ASSERT_EQ(s_.switch_out.size(), 1u);
+  EXPECT_EQ(stack_of(s_.switch_out[0]), "M0");  // the old task: the piece's start, less the switch frame
 }
 
 TEST_F(PieceWalkTest, AnOverflowRestartsOnAnUnknownBaseAndTracingOnRestartsEmpty) {

@@ -30,6 +30,10 @@ class FrameWriter {
     ktp_text_poke p{time, 1, addr, 5, old_bytes, 5, new_bytes};
     put(ktp_encode_text_poke(buf_, sizeof buf_, seq++, &p));
   }
+  void switches(uint64_t time, uint32_t cpu, std::vector<uint32_t> words) {
+    ktp_task_switches m{time, cpu, static_cast<uint32_t>(words.size()), words.data()};
+    put(ktp_encode_task_switches(buf_, sizeof buf_, seq++, &m));
+  }
   void lost(uint64_t count) {
     ktp_lost l{6000, 0, KTP_LOST_PERF_RING, 0, count};
     put(ktp_encode_lost(buf_, sizeof buf_, seq++, &l));
@@ -94,6 +98,28 @@ TEST(SidebandDecoder, DecodesEventsInOrderWhateverTheChunking) {
     EXPECT_EQ(d.stats().errors(), 0u);
     EXPECT_EQ(d.stats().frames_missing, 0u);
   }
+}
+
+TEST(SidebandDecoder, TaskSwitchesComeAsTimedPairsAndAnOddCountIsRefused) {
+  FrameWriter w;
+  w.switches(1'000'000, 1, {0, 42, 1500, 0, 4'000'000'000u, 7});
+  w.switches(2'000'000, 0, {0, 42, 10});  // odd: not (time, tid) pairs
+  SidebandDecoder d;
+  auto events = decode(d, w.bytes);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].cpu, 1u);
+  const auto& sw = std::get<TaskSwitchesEvent>(events[0].body).switches;
+  ASSERT_EQ(sw.size(), 3u);
+  EXPECT_EQ(sw[0].time, 1'000'000u);
+  EXPECT_EQ(sw[0].next_tid, 42u);
+  EXPECT_EQ(sw[1].time, 1'001'500u);
+  EXPECT_EQ(sw[1].next_tid, 0u);
+  EXPECT_EQ(sw[2].time, 4'001'000'000u);
+  EXPECT_EQ(d.stats().bad_payload, 1u);
+  ASSERT_FALSE(d.recent_errors().empty());
+  EXPECT_NE(d.recent_errors().back().reason.find("odd count"), std::string::npos);
+  EXPECT_NE(to_json(events[0]).find("\"switches\":[[1000000,42],[1001500,0],[4001000000,7]]"), std::string::npos)
+      << to_json(events[0]);
 }
 
 TEST(SidebandDecoder, StateDumpIsAggregated) {

@@ -212,6 +212,21 @@ Result<BundleEvent> parse_event(const nlohmann::json& j) {
     e.kind = load->get<bool>() ? BundleEvent::Kind::BpfLoad : BundleEvent::Kind::BpfUnload;
     e.bpf_id = id->get<uint32_t>();
     std::copy(bytes->begin(), bytes->end(), e.bpf_tag.begin());
+  } else if (e.kind_name == "task_switches") {
+    auto list = j.find("switches");
+    if (list == j.end() || !list->is_array()) return fail("task_switches: missing \"switches\"");
+    if (list->size() > BundleEvent::kMaxTaskSwitchesPerEvent)
+      return fail("task_switches: " + std::to_string(list->size()) + " switches, more than the " +
+                  std::to_string(BundleEvent::kMaxTaskSwitchesPerEvent) + " one frame can carry");
+    if (e.cpu == UINT32_MAX) return fail("task_switches: missing \"cpu\"");
+    e.kind = BundleEvent::Kind::TaskSwitches;
+    e.switches.reserve(list->size());
+    for (const auto& sw : *list) {
+      if (!sw.is_array() || sw.size() != 2 || !sw[0].is_number_unsigned() || !sw[1].is_number_unsigned() ||
+          sw[1].get<uint64_t>() > UINT32_MAX)
+        return fail("task_switches: switch " + std::to_string(e.switches.size()) + " is not [time, tid]");
+      e.switches.emplace_back(sw[0].get<uint64_t>(), sw[1].get<uint32_t>());
+    }
   } else if (e.kind_name == "lost") {
     auto count = j.find("count");
     if (count == j.end() || !count->is_number_unsigned()) return fail("lost: missing count");
@@ -285,6 +300,12 @@ std::string event_to_json(const BundleEvent& e) {
       j["id"] = e.bpf_id;
       j["tag"] = hex_bytes(e.bpf_tag.data(), e.bpf_tag.size());
       break;
+    case BundleEvent::Kind::TaskSwitches: {
+      j["kind"] = "task_switches";
+      auto& list = j["switches"] = nlohmann::json::array();
+      for (const auto& [t, tid] : e.switches) list.push_back({t, tid});
+      break;
+    }
     case BundleEvent::Kind::Other: break;
   }
   return j.dump();

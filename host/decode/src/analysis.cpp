@@ -1,5 +1,7 @@
 #include "kthost/decode/analysis.h"
 
+#include <algorithm>
+
 namespace kt {
 
 Result<Analysis> open_analysis(const std::string& bundle_dir, const std::string& vmlinux,
@@ -9,7 +11,28 @@ Result<Analysis> open_analysis(const std::string& bundle_dir, const std::string&
   KT_ASSIGN_OR_RETURN(a.image, VersionedImage::from_bundle(a.bundle));
   KT_ASSIGN_OR_RETURN(a.symbols, Symbolizer::from_bundle(a.bundle));
   if (!vmlinux.empty()) KT_TRY(a.symbols.load_dwarf(vmlinux));
+  a.task_switches = task_switch_log(a.bundle);
   return a;
+}
+
+TaskSwitchLog task_switch_log(const Bundle& bundle) {
+  TaskSwitchLog log;
+  const BundleClock& clock = bundle.manifest.clock;
+  for (const auto& e : bundle.events) {
+    if (e.kind != BundleEvent::Kind::TaskSwitches) continue;
+    auto& list = log.by_cpu[e.cpu];
+    for (const auto& [t, tid] : e.switches) list.emplace_back(clock.to_pt(t), tid);
+  }
+  // Frames of one CPU arrive in order; a stable sort keeps equal times so.
+  for (auto& [cpu, list] : log.by_cpu)
+    std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return log;
+}
+
+uint64_t TaskSwitchLog::size() const {
+  uint64_t n = 0;
+  for (const auto& [cpu, list] : by_cpu) n += list.size();
+  return n;
 }
 
 }  // namespace kt

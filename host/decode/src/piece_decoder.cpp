@@ -79,6 +79,9 @@ void PieceScratch::reset() {
   new_blocks.clear();
   errors.clear();
   error_counts.clear();
+  switch_out.clear();
+  time_marks.clear();
+  gap_since_mark = false;
   insns = blocks = error_total = t_end = skipped_bytes = loop_insns_dropped = 0;
 }
 
@@ -426,12 +429,13 @@ Status PieceDecoder::decode(const Piece& piece) {
       forget_leaders();  // a discarded trial may have marked blocks
     }
   }
-  commit(piece.cpu, piece.begin, a_);
+  commit(piece, a_);
   a_.reset();
   return ok_status();
 }
 
-void PieceDecoder::commit(uint32_t cpu, uint64_t piece_begin, PieceScratch& s) {
+void PieceDecoder::commit(const Piece& piece, PieceScratch& s) {
+  const uint32_t cpu = piece.cpu;
   auto& per_cpu = cpu_fn_insns_[cpu];
   if (per_cpu.empty()) per_cpu.assign(symbols_.size(), 0);
   for (uint32_t f : s.fn_touched) {
@@ -441,7 +445,18 @@ void PieceDecoder::commit(uint32_t cpu, uint64_t piece_begin, PieceScratch& s) {
   }
   PieceStacks ps;
   ps.cpu = cpu;
-  ps.begin = piece_begin;
+  ps.begin = piece.begin;
+  ps.time = piece.time;
+  ps.switch_out = s.switch_out;
+  // The windows between the piece's timing packets, for matching switches.
+  uint64_t t = piece.time;
+  uint32_t before = 0;
+  for (const auto& m : s.time_marks) {
+    ps.windows.push_back({t, m.time, m.switches - before, !m.gap});
+    t = m.time;
+    before = m.switches;
+  }
+  ps.windows.push_back({t, piece.end_time, static_cast<uint32_t>(s.switch_out.size()) - before, !s.gap_since_mark});
   ps.final_node = s.final_node;
   ps.final_pending = s.final_pending;
   ps.first_fn = s.first_fn;

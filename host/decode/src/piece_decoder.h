@@ -24,6 +24,9 @@ struct PieceStacks {
   uint8_t final_pending = 0;       // PieceWalk::Pending at the piece's end
   uint32_t first_fn = UINT32_MAX;  // PieceWalk::first_fn
   bool first_at_entry = false;
+  uint64_t time = 0;                 // Piece::time
+  std::vector<uint32_t> switch_out;  // PieceScratch::switch_out
+  std::vector<SwitchSpan> windows;   // the piece's time, cut at its timing packets, with the switches in each
 };
 
 // Blocks libipt may return without reading a packet before the piece is
@@ -70,7 +73,7 @@ class PieceDecoder {
   std::vector<BlockPart> split_block(uint64_t ip, uint64_t end_ip, int isid, uint64_t time) const;
   std::vector<std::vector<BlockPart>> splits_;  // by cache slot
   Status run(const Piece& piece, int64_t shift, PieceScratch& s);
-  void commit(uint32_t cpu, uint64_t piece_begin, PieceScratch& s);
+  void commit(const Piece& piece, PieceScratch& s);
   CacheEntry& lookup(uint64_t ip, uint64_t end_ip, int isid, int iclass, uint64_t time);
   void forget_leaders();
 

@@ -27,7 +27,7 @@ FunctionKind function_kind_of(const std::string& name) {
   for (const char* thunk : {"__x86_indirect_thunk_", "__x86_indirect_call_thunk_", "__x86_indirect_jump_thunk_",
                             "__x86_indirect_its_thunk_"})
     if (name.rfind(thunk, 0) == 0) return kFnThunk;
-  if (name == "__switch_to_asm") return kFnTaskSwitch;
+  if (name == "__switch_to_asm" || name == "__switch_to") return kFnTaskSwitch;
   return kFnPlain;
 }
 
@@ -40,7 +40,7 @@ bool is_event_entry(const std::string& name) {
 
 uint32_t PieceWalk::root_for(uint32_t fn) {
   if (reset_) return base_known_ ? tree_.child(0, fn) : tree_.child(tree_.child(0, base_unknown_), fn);
-  return tree_.child(tree_.child(0, kStackMarker | std::min(underflows_, 0xffffu)), fn);
+  return tree_.child(tree_.child(0, stack_marker(segment_, underflows_)), fn);
 }
 
 void PieceWalk::reset_stack(bool base_known) {
@@ -54,12 +54,15 @@ void PieceWalk::reset_stack(bool base_known) {
 
 void PieceWalk::on_time(uint64_t time) {
   if (time > now_) {
+    s_.time_marks.push_back({time, static_cast<uint32_t>(s_.switch_out.size()), s_.gap_since_mark});
+    s_.gap_since_mark = false;
     now_ = time;
     time_uncertain_ = false;
   }
 }
 
 void PieceWalk::on_overflow() {
+  s_.gap_since_mark = true;
   reset_stack(false);
   leader_ = true;
   time_uncertain_ = true;  // until a later time arrives
@@ -79,6 +82,7 @@ void PieceWalk::on_interrupt(const Place& from) {
 }
 
 DecodeErrorKind PieceWalk::on_error(DecodeErrorKind kind) {
+  s_.gap_since_mark = true;
   reset_stack(false);
   return kind == DecodeErrorKind::NoText && time_uncertain_ ? DecodeErrorKind::Overflow : kind;
 }
@@ -146,9 +150,21 @@ void PieceWalk::move(const Place& b) {
   } else if (cur_ == 0) {
     cur_ = root_for(f);
   } else if (pending_ == Pending::Return && switch_depth_ != 0 && depth <= switch_depth_) {
-    // The return out of the task switch runs on the next task's stack.
-    cur_ = tree_.child(tree_.child(0, base_unknown_), f);
+    // The return out of the task switch runs on the next task's stack: what
+    // stays below the switch's frame is the stack of the task that left.
+    uint32_t out = cur_;
+    while (out != 0 && tree_.node(out).depth >= switch_depth_) out = tree_.node(out).parent;
+    s_.switch_out.push_back(out);
     switch_depth_ = 0;
+    thunk_node_ = 0;
+    if (s_.switch_out.size() <= kMaxSwitchSegments) {
+      segment_ = static_cast<uint32_t>(s_.switch_out.size());
+      underflows_ = 0;
+      reset_ = false;
+      cur_ = root_for(f);
+    } else {
+      cur_ = tree_.child(tree_.child(0, base_unknown_), f);
+    }
   } else if (pending_ == Pending::Return) {
     uint32_t p = tree_.node(cur_).parent;
     if (is_unknown_base(p)) {
@@ -182,6 +198,10 @@ void PieceWalk::move(const Place& b) {
 
 void PieceWalk::on_block(const Block& b) {
   move({b.fn, b.at_entry, b.kind});
+  // A piece that begins inside the switch (its PSB fell there) returns out
+  // of it onto the next task's stack too.
+  if (!any_block_ && b.kind == kFnTaskSwitch && switch_depth_ == 0 && !reset_) switch_depth_ = tree_.node(cur_).depth;
+  any_block_ = true;
   count(b.fn, b.ninsn);
   leader_ = b.cls != kClsOther;
   pending_ = b.cls == kClsCall     ? Pending::Call

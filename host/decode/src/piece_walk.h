@@ -18,9 +18,13 @@
 //   a retpoline thunk (__x86_indirect_thunk_*) is seen through: the frame a
 //   call into it opened, and the call, belong to the function it jumps or
 //   returns to;
-//   __switch_to_asm switches tasks: the return that leaves its frame lands
-//   on the next task's stack, whose lower frames this trace never saw. That
-//   stack restarts on a [base unknown] frame, never on the old task's frames.
+//   __switch_to_asm (and __switch_to, which it jumps to) switches tasks: the
+//   return that leaves its frame lands on the next task's stack. The walk
+//   records the leaving task's stack (PieceScratch::switch_out) and starts a
+//   new segment of the piece, rooted at a marker for that switch: the
+//   stitcher (decoder.cpp) puts under it the stack the next task had when it
+//   last left a CPU, known from the guest's TASK_SWITCHES sideband, or
+//   [base unknown]; never the old task's frames.
 // After an overflow or an error, too, the stack restarts on [base unknown];
 // after tracing is enabled it restarts empty (the kernel was entered).
 // Each transition is a method with a unit test (piece_walk_test.cpp).
@@ -46,14 +50,30 @@ FunctionKind function_kind_of(const std::string& name);
 // an exception, a system call): what a stack has on top of what was struck.
 bool is_event_entry(const std::string& name);
 
-// A stack node whose fn has this bit is a marker: "the stack the piece began
-// with, less (fn & ~kStackMarker) frames popped below it".
+// A stack node whose fn has this bit is a marker: "the stack segment S of
+// the piece began with, less P frames popped below it", with S in bits
+// 16..30 and P in bits 0..15. Segment 0 is the piece's start; segment k >= 1
+// begins at its k-th task switch.
 inline constexpr uint32_t kStackMarker = 0x80000000u;
+inline constexpr uint32_t kMaxSwitchSegments = 0x7fffu;
+inline constexpr uint32_t stack_marker(uint32_t segment, uint32_t popped) {
+  return kStackMarker | (segment << 16) | (popped < 0xffffu ? popped : 0xffffu);
+}
+inline constexpr uint32_t marker_segment(uint32_t marker) { return (marker >> 16) & kMaxSwitchSegments; }
+inline constexpr uint32_t marker_popped(uint32_t marker) { return marker & 0xffffu; }
 // The class of the x86-64 instruction at `p` (prefixes skipped).
 uint8_t classify_x86(const uint8_t* p, size_t n);
 // The length of the x86-64 instruction at p (Zydis), 0 when it does not decode.
 size_t x86_insn_length(const uint8_t* p, size_t n);
 DecodeErrorKind classify_pt_error(int code);
+
+// A stretch of one CPU's trace (a piece, or its part between two timing
+// packets) and the task switches the decode saw in it.
+struct SwitchSpan {
+  uint64_t time = 0, end_time = 0;  // end_time 0: none (the CPU's last piece)
+  uint32_t count = 0;
+  bool complete = true;  // no error or overflow: count is every switch in it
+};
 
 // What one piece added; committed into the thread's totals only if kept.
 struct PieceScratch {
@@ -73,6 +93,20 @@ struct PieceScratch {
   uint8_t final_pending = 0; // PieceWalk::Pending: what its last instruction began
   uint32_t first_fn = UINT32_MAX;  // where the piece's stack first landed on the one it began with
   bool first_at_entry = false;     // ... at that function's entry
+  // Each task switch the piece saw, in order: the stack node of the task
+  // that left (its frames below the switch's own).
+  std::vector<uint32_t> switch_out;
+  // Each time the piece's time moved on (a timing packet), with how many
+  // switches came before it, and whether an error or overflow since the
+  // last mark may have hidden some: the windows task switches are matched
+  // to the guest's log in.
+  struct TimeMark {
+    uint64_t time;
+    uint32_t switches;
+    bool gap;
+  };
+  std::vector<TimeMark> time_marks;
+  bool gap_since_mark = false;
   std::map<DecodeErrorKind, uint64_t> error_counts;
   void reset();
 };
@@ -178,6 +212,8 @@ class PieceWalk {
   bool thunk_called_ = false;  // ... opened by a call (not a jump)
   uint32_t thunk_from_ = 0;    // ... else the function that jumped to it
   uint32_t switch_depth_ = 0;  // in __switch_to_asm's frame at this depth (0: not switching)
+  uint32_t segment_ = 0;       // roots hang under this segment's marker (see kStackMarker)
+  bool any_block_ = false;
   bool leader_ = true;
   // After an overflow the time stays where it was until the next timing
   // packet, though the packets that follow may have run much later.

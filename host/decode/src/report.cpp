@@ -103,6 +103,17 @@ std::string stack_edges_line(const Profile& p, const Symbolizer& symbols) {
   return line;
 }
 
+std::string task_switches_line(const Profile& p) {
+  const TaskSwitchStats& t = p.task_switches;
+  if (t.logged == 0)
+    return fmt("task switches: %" PRIu64 " in the trace; the guest logged none, so each switched-in stack starts on "
+               "[base unknown]",
+               t.seen);
+  return fmt("task switches: %" PRIu64 " in the trace, %" PRIu64 " matched to the guest's log of %" PRIu64
+             " (%.1f%%), %" PRIu64 " resumed the task's own stack; the rest start on [base unknown]",
+             t.seen, t.matched, t.logged, pct(t.matched, t.seen), t.resumed);
+}
+
 }  // namespace
 
 std::string format_report_text(const Profile& p, const Symbolizer& symbols, const ReportOptions& o) {
@@ -112,6 +123,7 @@ std::string format_report_text(const Profile& p, const Symbolizer& symbols, cons
   for (const auto& [cpu, n] : p.cpu_insns) out += fmt("  cpu%u: %" PRIu64 " instructions (%.1f%%)\n", cpu, n, pct(n, p.insns));
   out += errors_line(p) + "\n";
   out += stack_edges_line(p, symbols) + "\n";
+  out += task_switches_line(p) + "\n";
   out += format_observer_line(observer_share(p, symbols)) + "\n";
   for (const auto& e : p.errors)
     out += fmt("  %s cpu%u offset %" PRIu64 " ip %s time %" PRIu64 ": %s\n", decode_error_kind_name(e.kind), e.cpu,
@@ -221,6 +233,9 @@ std::string format_report_json(const Profile& p, const Symbolizer& symbols, cons
   nlohmann::json edge_examples = nlohmann::json::array();
   for (const auto& [a, b] : p.stack_edges.examples)
     edge_examples.push_back({function_key(symbols.function(a)), function_key(symbols.function(b))});
+  j["task_switches"] = {{"logged", p.task_switches.logged},   {"seen", p.task_switches.seen},
+                        {"matched", p.task_switches.matched}, {"resumed", p.task_switches.resumed},
+                        {"clock_offset", p.task_switches.clock_offset}};
   j["stack_edges"] = {{"steps", p.stack_edges.steps},        {"interrupts", p.stack_edges.interrupts},
                       {"unchecked", p.stack_edges.unchecked}, {"failed", p.stack_edges.failed},
                       {"failed_insns", p.stack_edges.failed_insns}, {"examples", edge_examples}};

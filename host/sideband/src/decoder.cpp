@@ -232,6 +232,20 @@ void SidebandDecoder::on_message(const ktp_message& msg, SidebandEvent ev, uint6
       emit(msg.u.guard_hooks.time,
            parse_guard_hooks(std::string_view(msg.u.guard_hooks.hooks.data, msg.u.guard_hooks.hooks.len)));
       return;
+    case KTP_TASK_SWITCHES: {
+      const ktp_task_switches& m = msg.u.task_switches;
+      if (m.count % 2 != 0) {
+        ++stats_.bad_payload;
+        return frame_error(offset, "TASK_SWITCHES: an odd count of words (" +
+                                                           std::to_string(m.count) + "), not (time, tid) pairs");
+      }
+      TaskSwitchesEvent body;
+      body.switches.reserve(m.count / 2);
+      for (uint32_t i = 0; i < m.count; i += 2) body.switches.push_back({m.time + m.switches[i], m.switches[i + 1]});
+      ev.cpu = m.cpu;
+      emit(m.time, std::move(body));
+      return;
+    }
     case KTP_HELLO_ACK:
     case KTP_GUARD_ACK:
     case KTP_HOST_HELLO:

@@ -70,6 +70,7 @@ struct KindVisitor {
   const char* operator()(const ErrorEvent&) const { return "error"; }
   const char* operator()(const GuardStateEvent&) const { return "guard_state"; }
   const char* operator()(const GuardHooksEvent&) const { return "guard_hooks"; }
+  const char* operator()(const TaskSwitchesEvent&) const { return "task_switches"; }
 };
 
 const char* guard_state_name(uint32_t state) {
@@ -147,6 +148,11 @@ std::string describe(const SidebandEvent& ev) {
           for (const auto& h : b.hooks) out += " " + h.function + "=" + h.how;
           if (b.malformed) out += " malformed=" + std::to_string(b.malformed);
           return out;
+        } else if constexpr (std::is_same_v<T, TaskSwitchesEvent>) {
+          std::string out = head + " " + std::to_string(b.switches.size()) + " switches, to tids";
+          for (size_t i = 0; i < b.switches.size() && i < 8; ++i) out += " " + std::to_string(b.switches[i].next_tid);
+          if (b.switches.size() > 8) out += " ...";
+          return out;
         }
         else
           return head + " " + b.message;
@@ -222,6 +228,9 @@ std::string to_json(const SidebandEvent& ev) {
           j["hooks"] = nlohmann::json::object();
           for (const auto& h : b.hooks) j["hooks"][h.function] = h.how;
           if (b.malformed) j["malformed"] = b.malformed;
+        } else if constexpr (std::is_same_v<T, TaskSwitchesEvent>) {
+          auto& list = j["switches"] = nlohmann::json::array();
+          for (const auto& sw : b.switches) list.push_back({sw.time, sw.next_tid});
         } else {
           j["message"] = b.message;
         }

@@ -79,7 +79,10 @@ Result<BundleManifest> parse_manifest(const std::string& text, const std::string
 
 // One sideband event as the decoder needs it (parsed from events.jsonl).
 struct BundleEvent {
-  enum class Kind { KsymbolRegister, KsymbolUnregister, TextPoke, ModuleLoad, ModuleUnload, Lost, BpfLoad, BpfUnload, Other };
+  enum class Kind {
+    KsymbolRegister, KsymbolUnregister, TextPoke, ModuleLoad, ModuleUnload, Lost, BpfLoad, BpfUnload, TaskSwitches,
+    Other
+  };
   Kind kind = Kind::Other;
   std::string kind_name;  // as in the file
   uint64_t time = 0;      // guest perf clock (bundle clock converts)
@@ -92,6 +95,9 @@ struct BundleEvent {
   std::string lost_kind;
   uint32_t bpf_id = 0;               // BPF program load/unload: the program's id
   std::array<uint8_t, 8> bpf_tag{};  // and its tag (after the ksymbols of its functions)
+  // task_switches: (guest perf time, tid switched to), in order, at most kMaxTaskSwitchesPerEvent.
+  std::vector<std::pair<uint64_t, uint32_t>> switches;
+  static constexpr size_t kMaxTaskSwitchesPerEvent = 512;  // KTP_MAX_SWITCH_WORDS / 2
 };
 // Parses events.jsonl text; errors name `name`, the line and the byte offset.
 Result<std::vector<BundleEvent>> parse_events_jsonl(const std::string& text, const std::string& name);

@@ -17,7 +17,17 @@ struct Analysis {
   Bundle bundle;
   std::unique_ptr<VersionedImage> image;
   Symbolizer symbols;
+  TaskSwitchLog task_switches;
+  // Decode options that use all of the above (the task switch log).
+  DecodeOptions decode_options() const {
+    DecodeOptions o;
+    o.task_switches = &task_switches;
+    return o;
+  }
 };
+
+// The bundle's task_switches events in PT time, per CPU in order.
+TaskSwitchLog task_switch_log(const Bundle& bundle);
 
 // How a bundle is read for decoding: CRCs checked, and every PT packet.
 inline BundleReadOptions analysis_read_options() {

@@ -15,7 +15,9 @@
 //
 // A PSB carries no call stack: each piece's stacks are rooted at where it
 // began and stitched, per CPU in stream order, onto the stack the previous
-// piece ended with.
+// piece ended with. A task switch inside a piece starts a new segment, put
+// onto the stack the next task had when it last left a CPU (any CPU): the
+// guest's TASK_SWITCHES log says which task that is (stack_stitch.cpp).
 #pragma once
 
 #include <cstdint>
@@ -72,6 +74,23 @@ struct StackEdgeCheck {
   std::vector<std::pair<uint32_t, uint32_t>> examples;  // (caller, callee): the 10 failed with the most instructions
 };
 
+// The guest's task switches (its TASK_SWITCHES sideband), per CPU in the
+// order they happened: (PT time, tid switched to; 0 is that CPU's idle task).
+struct TaskSwitchLog {
+  std::map<uint32_t, std::vector<std::pair<uint64_t, uint32_t>>> by_cpu;
+  uint64_t size() const;
+};
+
+// How the task switches in PT (returns out of __switch_to_asm) were matched
+// to the guest's own record of them, and what that gave the stacks.
+struct TaskSwitchStats {
+  uint64_t logged = 0;   // switches in the guest's log
+  uint64_t seen = 0;     // task switches the decode walked through
+  uint64_t matched = 0;  // ... matched to a logged switch (so the task is known)
+  uint64_t resumed = 0;  // ... onto the stack the task had when it last left a CPU
+  int64_t clock_offset = 0;  // PT time units added to the log's times to match (estimated)
+};
+
 struct Profile {
   uint64_t insns = 0, blocks = 0, pieces = 0, bytes = 0;
   std::map<uint32_t, uint64_t> cpu_insns;
@@ -86,6 +105,7 @@ struct Profile {
   std::vector<DecodeErrorRecord> errors;  // the first max_error_examples, by CPU and offset
   uint64_t alignment_retries = 0, alignment_fixed = 0, image_rebuilds = 0;
   StackEdgeCheck stack_edges;
+  TaskSwitchStats task_switches;
   unsigned threads = 1;
   double seconds = 0;
   // Where `seconds` went: "split" (PSB pieces and chunks), "decode" (the
@@ -107,6 +127,9 @@ struct DecodeOptions {
   uint64_t chunk_bytes = 1u << 20;     // pieces are grouped into chunks of about this much PT
   unsigned cache_bits = 16;            // per-thread block cache: 2^bits entries (32 bytes each)
   bool check_stack_edges = true;       // Profile::stack_edges (after the decode; not in Profile::seconds)
+  // The guest's task switches: a task's stack resumes where it left off
+  // (null: every switched-in stack starts on [base unknown]).
+  const TaskSwitchLog* task_switches = nullptr;
   // Called from the calling thread about every 200 ms: (PT bytes done, total).
   std::function<void(uint64_t, uint64_t)> progress;
 };

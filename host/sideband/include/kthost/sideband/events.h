@@ -77,6 +77,16 @@ struct GuardStateEvent {  // whether the guest's frees of kernel text are held
   std::string reason;
 };
 
+// TASK_SWITCHES: switches away from a task on one CPU, in order (perf
+// context-switch out-records: made just before __switch_to_asm runs).
+struct TaskSwitch {
+  uint64_t time = 0;      // guest perf clock (ns)
+  uint32_t next_tid = 0;  // the task switched to (0: idle)
+};
+struct TaskSwitchesEvent {
+  std::vector<TaskSwitch> switches;
+};
+
 // How ktguard attached one kernel path that frees text (GUARD_HOOKS).
 struct GuardHook {
   std::string function;  // the kernel function hooked, e.g. bpf_prog_pack_free
@@ -94,7 +104,7 @@ GuardHooksEvent parse_guard_hooks(std::string_view text);
 
 using EventBody = std::variant<HelloEvent, KsymbolEvent, BpfEvent, TextPokeEvent, ModuleEvent, LostEvent,
                                GuardNoticeEvent, HeartbeatEvent, ClockEvent, StateDumpEvent, ErrorEvent,
-                               GuardStateEvent, GuardHooksEvent>;
+                               GuardStateEvent, GuardHooksEvent, TaskSwitchesEvent>;
 
 struct SidebandEvent {
   uint64_t index = 0;  // position in the host's log

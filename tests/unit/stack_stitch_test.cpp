@@ -1,0 +1,78 @@
+// match_task_switches: the guest's log of task switches against the switches
+// the decode saw, piece by piece (white box: host/decode/src/stack_stitch.h).
+#include "stack_stitch.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace kt {
+namespace {
+
+// Pieces of 1000 time units from `start`, with the given switch counts; the
+// log holds a switch at each of `at` (PT time), to tids 1, 2, 3, ...
+struct Case {
+  std::vector<SwitchSpan> spans;
+  std::vector<std::pair<uint64_t, uint32_t>> log;
+};
+Case make(const std::vector<uint32_t>& counts, const std::vector<uint64_t>& at, int64_t log_shift) {
+  Case c;
+  uint64_t t = 10'000;
+  for (size_t i = 0; i < counts.size(); ++i, t += 1000)
+    c.spans.push_back({t, i + 1 < counts.size() ? t + 1000 : 0, counts[i], true});
+  for (size_t i = 0; i < at.size(); ++i)
+    c.log.emplace_back(static_cast<uint64_t>(static_cast<int64_t>(at[i]) - log_shift), static_cast<uint32_t>(i + 1));
+  return c;
+}
+
+TEST(MatchTaskSwitches, FindsTheClockOffsetAndMatchesEverySwitchInOrder) {
+  // The log runs 5000 units early (its clock alignment) and each record
+  // comes 20 units before its switch.
+  const std::vector<uint64_t> at{10'100, 10'700, 11'950, 13'300, 13'400, 13'500, 14'020, 15'990};
+  Case c = make({2, 1, 0, 3, 1, 1, 0}, at, 5000 + 20);
+  SwitchMatch m = match_task_switches(c.spans, c.log);
+  ASSERT_EQ(m.record.size(), 8u);
+  for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(m.record[static_cast<size_t>(i)], i);
+  // Any offset that puts every switch in its piece will do; the true one is 5020.
+  EXPECT_GE(m.offset, 5020 - 50);
+  EXPECT_LE(m.offset, 5020 + 10);
+}
+
+TEST(MatchTaskSwitches, APieceWithAnErrorOrADifferentCountIsLeftUnmatched) {
+  // 40 pieces with 1, 0, 2, 1, ... switches at uneven places; the log runs
+  // 3000 units early.
+  std::vector<uint32_t> counts;
+  std::vector<uint64_t> at;
+  for (uint32_t i = 0; i < 40; ++i) {
+    counts.push_back(std::vector<uint32_t>{1, 0, 2, 1}[i % 4]);
+    for (uint32_t k = 0; k < counts.back(); ++k) at.push_back(10'000 + 1000 * i + 150 + 400 * k + 37 * (i % 5));
+  }
+  // Piece 10 saw 2 switches, but the log has a third there; piece 20 had an error.
+  const uint64_t extra = 10'000 + 1000 * 10 + 900;
+  at.insert(std::upper_bound(at.begin(), at.end(), extra), extra);
+  Case c = make(counts, at, 3000);
+  c.spans[20].complete = false;
+  SwitchMatch m = match_task_switches(c.spans, c.log);
+  EXPECT_EQ(m.offset > 3000 - 150 && m.offset < 3000 + 100, true) << m.offset;
+  size_t seen = 0, record = 0;
+  for (size_t i = 0; i < 40; ++i)
+    for (uint32_t k = 0; k < counts[i]; ++k, ++seen, ++record) {
+      if (i == 10 || i == 20) {
+        EXPECT_EQ(m.record[seen], -1) << "piece " << i;  // which ones they are is not guessed
+      } else {
+        EXPECT_EQ(m.record[seen], static_cast<int64_t>(record)) << "piece " << i;
+      }
+      if (i == 10 && k + 1 == counts[i]) ++record;  // the extra one
+    }
+}
+
+TEST(MatchTaskSwitches, NoLogOrNoSwitchesMatchesNothing) {
+  Case c = make({1, 0, 2}, {}, 0);
+  SwitchMatch m = match_task_switches(c.spans, c.log);
+  EXPECT_EQ(m.record, (std::vector<int64_t>{-1, -1, -1}));
+  Case d = make({0, 0}, {10'500}, 0);
+  EXPECT_TRUE(match_task_switches(d.spans, d.log).record.empty());
+}
+
+}  // namespace
+}  // namespace kt
