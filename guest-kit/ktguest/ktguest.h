@@ -48,6 +48,7 @@ struct ktg_counters {
   uint64_t bpf_events;
   uint64_t task_switches;       /* context-switch out-records read */
   uint64_t task_switch_frames;  /* TASK_SWITCHES frames sent */
+  uint64_t task_switches_unsent; /* read while no host was in session: not sent */
   uint64_t lost_records; /* PERF_RECORD_LOST totals */
   uint64_t lost_events;  /* PERF_RECORD_LOST records themselves */
   uint64_t queue_dropped;

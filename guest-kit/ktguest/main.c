@@ -91,7 +91,7 @@ static void write_stats(void) {
                    "\"module_polling\":%d,\"module_poll_changes\":%llu,\"connected\":%d,\"connections\":%llu,"
                    "\"dumps\":%llu,\"host_errors\":%llu,\"encode_errors\":%llu,\"guard_open\":%d,\"guard_notices\":%llu,"
                    "\"guard_acks\":%llu,\"guard_missed\":%llu,\"guard_unguarded\":%llu,\"task_switches\":%llu,"
-                   "\"task_switch_frames\":%llu,",
+                   "\"task_switch_frames\":%llu,\"task_switches_unsent\":%llu,",
                    (unsigned long long)c->frames_sent, (unsigned long long)c->bytes_sent, (unsigned long long)c->writes,
                    (unsigned long long)c->perf_records, (unsigned long long)c->text_pokes,
                    (unsigned long long)c->text_poke_frames, (unsigned long long)c->ksymbols,
@@ -105,7 +105,8 @@ static void write_stats(void) {
                    (unsigned long long)c->host_errors, (unsigned long long)c->encode_errors, ktg_guard_open(),
                    (unsigned long long)c->guard_notices, (unsigned long long)c->guard_acks,
                    (unsigned long long)c->guard_missed, (unsigned long long)c->guard_unguarded,
-                   (unsigned long long)c->task_switches, (unsigned long long)c->task_switch_frames);
+                   (unsigned long long)c->task_switches, (unsigned long long)c->task_switch_frames,
+                   (unsigned long long)c->task_switches_unsent);
   if (n < 0 || (size_t)n >= sizeof text) return;
   struct ktg_symcache_stats sc = ktg_symcache_stats();
   int m = snprintf(text + n, sizeof text - (size_t)n,

@@ -6,7 +6,8 @@
  * the module tracepoints exist, two tracepoint events whose samples are
  * redirected into the same ring (PERF_EVENT_IOC_SET_OUTPUT): one ring per
  * CPU, one order per CPU. Context switches go out in batches (TASK_SWITCHES,
- * only the out-records: the host needs whose stack each switch leaves for).
+ * only the out-records: the host needs whose stack each switch leaves for),
+ * and only while a host is in session.
  * The default perf clock is kept so record times
  * match the mmap page's time_zero conversion.
  *
@@ -28,6 +29,7 @@
 
 #include "ktguest.h"
 
+#define SWITCH_BATCH_MS 200
 #define SAMPLE_ID_SIZE 16 /* sample_id_all with TIME|CPU: u64 time; u32 cpu, res */
 
 struct ring {
@@ -47,6 +49,7 @@ struct ring {
   uint32_t sw_words;
   uint64_t sw_time;
   uint32_t sw_cpu;
+  long long sw_since_ms; /* when the batch began (ktg_now_ms) */
 };
 
 static struct ring *rings[KTG_MAX_CPUS];
@@ -281,12 +284,20 @@ static void flush_switches(struct ring *r) {
 }
 
 static void task_switch(struct ring *r, uint64_t time, uint32_t cpu, uint32_t next_tid) {
+  /* Only a host in session can use them (its trace's stacks); queued while
+   * none is, they would only be written into the next trace. */
+  if (!ktg_port_connected()) {
+    g_ctr.task_switches_unsent += 1 + r->sw_words / 2;
+    r->sw_words = 0;
+    return;
+  }
   if (r->sw_words != 0 &&
       (r->sw_words + 2 > KTP_MAX_SWITCH_WORDS || cpu != r->sw_cpu || time < r->sw_time || time - r->sw_time > UINT32_MAX))
     flush_switches(r);
   if (r->sw_words == 0) {
     r->sw_time = time;
     r->sw_cpu = cpu;
+    r->sw_since_ms = ktg_now_ms();
   }
   r->sw[r->sw_words++] = (uint32_t)(time - r->sw_time);
   r->sw[r->sw_words++] = next_tid;
@@ -431,7 +442,12 @@ void ktg_perf_drain(void) {
     cursor_load(next);
   }
   for (int i = 0; i < n; ++i) {
-    flush_switches(cur[i].r);
+    /* A batch waits up to SWITCH_BATCH_MS, or until other frames are going
+     * out anyway, so that switches add few writes to the channel (each is
+     * kthost's own work in the guest's trace). */
+    if (cur[i].r->sw_words != 0 &&
+        (ktg_queue_live_bytes() > 0 || ktg_now_ms() - cur[i].r->sw_since_ms >= SWITCH_BATCH_MS))
+      flush_switches(cur[i].r);
     struct perf_event_mmap_page *pg = (struct perf_event_mmap_page *)cur[i].r->base;
     __atomic_store_n(&pg->data_tail, cur[i].tail, __ATOMIC_RELEASE);
   }

@@ -79,12 +79,20 @@ def common(d):
 # state dump put 0.2-0.9% of a ktregress run's instructions in its virtio
 # interrupts alone (own counts of vring_interrupt, vp_vring_interrupt and
 # their callees).
+# The median run must stay under 0.5%, and every run under 1% (#17's bound
+# for the observer share). One run can spike: under TCG a vCPU thread the
+# host did not schedule leaves the other spinning inside the channel's path
+# (try_to_wake_up waiting for a task still switching out, in a
+# vring_interrupt that wakes a port reader: 72k instructions in one run;
+# virtio_console's control message on a port close: 133k), which on a
+# 20 M-instruction run is 0.5-1%.
 FOOTPRINT_TAGS = ("[virtio_console]", "[ktguard]", "vring_interrupt")
 FOOTPRINT_LIMIT = 0.005
+FOOTPRINT_RUN_LIMIT = 0.01
 
 
 def footprint(d):
-    worst = 0.0
+    worst, medians = 0.0, []
     for side in ("base", "new"):
         runs = sorted(f for f in os.listdir(os.path.join(d, side)) if re.fullmatch(r"run-\d+\.folded", f))
         shares = []
@@ -99,7 +107,12 @@ def footprint(d):
         worst = max([worst] + shares)
         print(f"      {side}: kthost's footprint per run (upper bound) " +
               " ".join(f"{x * 100:.3f}%" for x in shares))
-    check(worst < FOOTPRINT_LIMIT, f"kthost's footprint under {FOOTPRINT_LIMIT * 100:.1f}% of every run: "
+        if shares:
+            medians.append(sorted(shares)[len(shares) // 2])
+    median = max(medians) if medians else 1.0
+    check(median < FOOTPRINT_LIMIT, f"kthost's footprint under {FOOTPRINT_LIMIT * 100:.1f}% in the median run "
+          f"of each side: worst median {median * 100:.3f}%")
+    check(worst < FOOTPRINT_RUN_LIMIT, f"kthost's footprint under {FOOTPRINT_RUN_LIMIT * 100:.1f}% of every run: "
           f"worst {worst * 100:.3f}%")
 
 
