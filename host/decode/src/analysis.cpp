@@ -29,10 +29,5 @@ TaskSwitchLog task_switch_log(const Bundle& bundle) {
   return log;
 }
 
-uint64_t TaskSwitchLog::size() const {
-  uint64_t n = 0;
-  for (const auto& [cpu, list] : by_cpu) n += list.size();
-  return n;
-}
 
 }  // namespace kt

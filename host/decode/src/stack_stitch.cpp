@@ -21,7 +21,7 @@ std::vector<uint32_t> stitch(const std::vector<uint32_t>& prefix, const std::vec
   std::vector<uint32_t> out;
   if (popped < prefix.size())
     out.assign(prefix.begin(), prefix.end() - static_cast<long>(popped));
-  else if (popped > prefix.size() || prefix.empty() || prefix[0] == base_unknown)
+  else if (popped > prefix.size() || prefix[0] == base_unknown)
     out.push_back(base_unknown);
   out.insert(out.end(), path.begin() + 1, path.end());
   if (out.size() > 512) out.erase(out.begin(), out.end() - 512);  // bounded, like the stacks themselves
@@ -238,13 +238,16 @@ void Stitcher::plan(Cpu& c, size_t first, size_t last) {
   for (int64_t r : match.record)
     if (r >= 0) used[static_cast<size_t>(r)] = 1;
   size_t ordinal = 0, unseen = 0;
-  auto add = [&](const Action& a) {
+  auto unseen_before = [&](uint64_t time) {
     for (; unseen < used.size(); ++unseen) {
       if (used[unseen]) continue;
       const uint64_t t = plus((*c.log)[unseen].first, match.offset);
-      if (t >= a.time) break;
+      if (t >= time) break;
       c.actions.push_back({Action::Logged, t, 0, 0, static_cast<int64_t>(unseen)});
     }
+  };
+  auto add = [&](const Action& a) {
+    unseen_before(a.time);
     c.actions.push_back(a);
   };
   for (size_t i = first; i < last; ++i) {
@@ -258,8 +261,7 @@ void Stitcher::plan(Cpu& c, size_t first, size_t last) {
     }
     add({Action::End, p.time, i, 0, -1});
   }
-  add({Action::End, UINT64_MAX, SIZE_MAX, 0, -1});  // flushes the rest of the log
-  c.actions.pop_back();
+  unseen_before(UINT64_MAX);  // the rest of the log
 }
 
 std::vector<uint32_t> Stitcher::resolve(const Cpu& c, uint32_t node, size_t decoder) {
@@ -370,6 +372,12 @@ void Stitcher::run(const TaskSwitchLog* log) {
 }
 
 }  // namespace
+
+uint64_t TaskSwitchLog::size() const {
+  uint64_t n = 0;
+  for (const auto& [cpu, list] : by_cpu) n += list.size();
+  return n;
+}
 
 void stitch_stacks(std::vector<PieceStacks>& pieces, const std::vector<std::unique_ptr<PieceDecoder>>& decoders,
                    uint32_t base_unknown, const TaskSwitchLog* log, Profile& out) {
