@@ -384,8 +384,12 @@ void tb_translate(qemu_plugin_id_t, struct qemu_plugin_tb* tb) {
 void vcpu_idle(qemu_plugin_id_t, unsigned index) {
   Vcpu* v = vcpu_state(index);
   if (!v) return;
-  if (!g_enabled.load(std::memory_order_acquire)) settle_disabled(index, *v);
-  else flush(*v);
+  if (!g_enabled.load(std::memory_order_acquire)) {
+    settle_disabled(index, *v);
+  } else {
+    v->encoder->note_idle();  // the time after the wakeup: a TSC at the next kernel block
+    flush(*v);
+  }
 }
 
 void write_stats(unsigned index, const Vcpu& v) {
@@ -398,13 +402,14 @@ void write_stats(unsigned index, const Vcpu& v) {
   const long long pt_bytes = stat(pt.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : -1;
   std::fprintf(f,
                "pt_bytes=%lld\nkernel_blocks=%llu\nrep_repeats=%llu\nkernel_insns=%llu\ngt_entries=%llu\nevents=%llu\n"
-               "resolved_async=%llu\nresolved_fault=%llu\noverflows=%llu\npsbs=%llu\nenables=%llu\n"
+               "resolved_async=%llu\nresolved_fault=%llu\noverflows=%llu\npsbs=%llu\nidle_tscs=%llu\nenables=%llu\n"
                "disables=%llu\nencode_errors=%llu\nwrite_failed=%d\ngt_faults_removed=%llu\ngt_int3_left_out=%llu\n",
                pt_bytes, static_cast<unsigned long long>(s.kernel_blocks), static_cast<unsigned long long>(s.rep_repeats),
                static_cast<unsigned long long>(s.kernel_insns), static_cast<unsigned long long>(v.gt_entries),
                static_cast<unsigned long long>(s.events), static_cast<unsigned long long>(s.resolved_async),
                static_cast<unsigned long long>(s.resolved_fault), static_cast<unsigned long long>(s.overflows),
-               static_cast<unsigned long long>(s.psbs), static_cast<unsigned long long>(s.enables),
+               static_cast<unsigned long long>(s.psbs), static_cast<unsigned long long>(s.idle_tscs),
+               static_cast<unsigned long long>(s.enables),
                static_cast<unsigned long long>(s.disables), static_cast<unsigned long long>(s.encode_errors),
                v.write_failed ? 1 : 0, static_cast<unsigned long long>(v.gt_faults),
                static_cast<unsigned long long>(v.gt_int3));

@@ -405,18 +405,27 @@ void VcpuEncoder::on_block(const Block& b) {
   prev_ = &b;
   if (frames_.empty() && since_psb_ >= options_.psb_interval) {
     emit_psb(true, b.start);
-  } else if (!frames_.empty() && since_time_ >= options_.psb_interval) {
+  } else if (time_due_ || (!frames_.empty() && since_time_ >= options_.psb_interval)) {
     // No PSB while a frame is open (its packets may still get a prefix), but
     // the time goes on: a TSC in the deferred packets, in their order, keeps
-    // a decoder's clock (and so its choice of text) near the truth.
-    flush_tnt();
-    pt_packet packet;
-    std::memset(&packet, 0, sizeof packet);
-    packet.type = ppt_tsc;
-    packet.payload.tsc.tsc = clock_(clock_context_);
-    emit(packet, sink());
-    since_time_ = 0;
+    // a decoder's clock (and so its choice of text) near the truth. So does
+    // a TSC after an idle spell, frame or not: this block is the first after
+    // the wakeup, and its event packets (the interrupt that ended the HLT)
+    // come before the new time.
+    if (time_due_) ++stats_.idle_tscs;
+    emit_tsc();
   }
+  time_due_ = false;
+}
+
+void VcpuEncoder::emit_tsc() {
+  flush_tnt();
+  pt_packet packet;
+  std::memset(&packet, 0, sizeof packet);
+  packet.type = ppt_tsc;
+  packet.payload.tsc.tsc = clock_(clock_context_);
+  emit(packet, sink());
+  since_time_ = 0;
 }
 
 }  // namespace ktpt

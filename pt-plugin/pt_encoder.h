@@ -8,6 +8,7 @@
 //   TIP.PGE entering the kernel from user mode, TIP.PGD leaving it,
 //   PSB+ (PSB, MODE.Exec 64-bit, TSC, FUP, PSBEND) every psb_interval bytes
 //   (while an interrupt frame is open, a TSC alone: see Deferral),
+//   a TSC at the first kernel block after the vCPU was idle (note_idle),
 //   OVF when the encoder cannot tell what happened (see "Deferral").
 //
 // Deferral.  QEMU delivers interrupts between blocks and faults inside them,
@@ -85,6 +86,7 @@ struct EncoderStats {
   uint64_t resolved_fault = 0;        // deferred frames resolved as "inside the block"
   uint64_t overflows = 0;             // OVF packets written
   uint64_t psbs = 0;
+  uint64_t idle_tscs = 0;             // TSCs written after an idle spell (note_idle)
   uint64_t enables = 0;               // TIP.PGE
   uint64_t disables = 0;              // TIP.PGD
   uint64_t encode_errors = 0;         // packets libipt's encoder rejected (none expected)
@@ -117,6 +119,13 @@ class VcpuEncoder {
     prev_ = &block;
   }
 
+  // The vCPU goes idle (it halted and its thread sleeps). Its next kernel
+  // block is followed by a TSC: an idle vCPU writes no packets, so without
+  // one a decoder would take everything after the wakeup to have run at the
+  // time of the last PSB or TSC before it, and pick the text of that time
+  // (a text poke made on another CPU meanwhile would be missed).
+  void note_idle() { time_due_ = true; }
+
   // Tracing stops here: pending TNT bits are written, open frames become OVF.
   // Calling on_block again later re-enables with TIP.PGE.
   void stop();
@@ -144,6 +153,7 @@ class VcpuEncoder {
   void emit_tnt_bit(bool taken);
   void flush_tnt();
   void emit_psb(bool with_fup, uint64_t ip);
+  void emit_tsc();
   // PSB+ (PSB, MODE.Exec, TSC, FUP, PSBEND) into `to`, with no change to the
   // encoder's own stream state.
   void write_psb(std::vector<uint8_t>& to, uint64_t tsc, bool with_fup, uint64_t ip);
@@ -171,6 +181,7 @@ class VcpuEncoder {
   bool came_from_user_ = false;  // user code ran since the last kernel block
   uint64_t since_psb_ = 0;       // bytes written to out_ since the last PSB
   uint64_t since_time_ = 0;      // ... since the last PSB or TSC (a TSC goes into deferred packets too)
+  bool time_due_ = false;        // the vCPU was idle: a TSC after the next kernel block (note_idle)
   uint64_t last_ip_ = 0;         // decoder's last IP, valid when last_ip_valid_
   bool last_ip_valid_ = false;
   uint64_t tnt_bits_ = 0;

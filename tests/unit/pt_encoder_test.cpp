@@ -400,6 +400,25 @@ TEST(PtEncoder, WhileAFrameIsOpenTheTimeComesAsTscInItsPacketsNotAsPsb) {
   EXPECT_EQ(out.back(), "tip.pgd");
 }
 
+// An idle vCPU writes nothing: the first kernel block after the wakeup is
+// followed by a TSC, once, after the wakeup's event packets (the interrupt
+// that ended the HLT), so that what runs next is decoded at the new time.
+TEST(PtEncoder, AfterAnIdleSpellTheTimeComesOnceAfterTheWakeupEvent) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x100, 1, EndKind::Cond, K + 0x180));
+  r.run(kblock(K + 0x180, 2, EndKind::Halt));
+  r.encoder.note_idle();
+  r.run(kblock(K + 0x900, 1, EndKind::Cond, K + 0x980));  // the interrupt that woke it
+  r.run(kblock(K + 0x980, 1, EndKind::Cond, K + 0x9c0));
+  r.run(kblock(K + 0x982, 1, EndKind::ToUser));
+  r.from_user();
+  EXPECT_EQ(r.finish(), with_header({"tip.pge ffffffff81000100", "tnt 1", "fup ffffffff81000184",
+                                     "tip ffffffff81000900", "tsc 1234", "tnt 10",
+                                     "tip.pgd"}));
+  EXPECT_EQ(r.encoder.stats().idle_tscs, 1u);
+}
+
 TEST(PtEncoder, TruncatedBlockContinuesWithoutPackets) {
   Trace r;
   r.from_user();
