@@ -535,6 +535,52 @@ TEST_F(DecodeTest, ATaskResumesTheStackItLeftOnAnotherCpu) {
   }
 }
 
+// A lost switch record on CPU 0 (perf's ring, reported at 1150): which task
+// left at CPU 0's switch is unsure (the record before it may not be the one
+// that switched B in), and a task a lost record named may have run since it
+// left. So B's stack is not kept, and on CPU 1 it starts on [base unknown],
+// as without a log; the switch still counts as matched.
+TEST_F(DecodeTest, ASwitchNearALostRecordKeepsAndResumesNoStack) {
+  test::SynthBundle b = task_switch_bundle(true);
+  BundleEvent lost;
+  lost.kind = BundleEvent::Kind::Lost;
+  lost.kind_name = "lost";
+  lost.lost_kind = "perf-ring";
+  lost.cpu = 0;
+  lost.count = 1;
+  lost.time = 1150;
+  b.events.push_back(lost);
+  Analysis a = open(b);
+  ASSERT_EQ(a.task_switches.losses.size(), 1u);
+  for (unsigned threads : {1u, 2u}) {
+    DecodeOptions o = a.decode_options();
+    o.threads = threads;
+    auto p = decode_profile(a.bundle.pt, *a.image, a.symbols, o);
+    ASSERT_TRUE(p) << p.error().message;
+    EXPECT_EQ(p->task_switches.matched, 2u);
+    EXPECT_EQ(p->task_switches.after_loss, 1u);
+    EXPECT_EQ(p->task_switches.resumed, 0u);
+    EXPECT_EQ(folded_stacks(*p, a.symbols),
+              "[base_unknown];a_outer 2\n[base_unknown];b_inner 2\n[base_unknown];b_outer 2\n"
+              "[base_unknown];sched 4\n"
+              "b_outer 1\nb_outer;b_inner 1\nb_outer;b_inner;sched 1\n"
+              "b_outer;b_inner;sched;__switch_to_asm 1\n"
+              "c_outer 1\nc_outer;sched 1\nc_outer;sched;__switch_to_asm 1\n")
+        << threads << " threads";
+  }
+  // A loss on the other CPU long before changes nothing on CPU 0; B's stack
+  // is kept there, but the loss on CPU 1 (before C's switch to B) means
+  // CPU 1's switch names its leaving task unsurely: B is not resumed.
+  b.events.back().cpu = 1;
+  b.events.back().time = 1200;
+  Analysis a1 = open(b);
+  auto p1 = decode_profile(a1.bundle.pt, *a1.image, a1.symbols, a1.decode_options());
+  ASSERT_TRUE(p1) << p1.error().message;
+  EXPECT_EQ(p1->task_switches.after_loss, 1u);
+  EXPECT_EQ(p1->task_switches.resumed, 0u);
+  // No loss: B resumes (the test above).
+}
+
 // A piece ends where the next PSB's FUP says execution was: here the PSB
 // comes when f_func's nop is about to run, so the nop is the second piece's
 // alone, though libipt decodes the first piece on to f_func's ret.

@@ -19,6 +19,9 @@ TaskSwitchLog task_switch_log(const Bundle& bundle) {
   TaskSwitchLog log;
   const BundleClock& clock = bundle.manifest.clock;
   for (const auto& e : bundle.events) {
+    // perf's ring (per CPU) and ktguest's queue (any CPU) can drop switch records.
+    if (e.kind == BundleEvent::Kind::Lost && e.count > 0 && (e.lost_kind == "perf-ring" || e.lost_kind == "queue"))
+      log.losses.emplace_back(e.lost_kind == "perf-ring" ? e.cpu : UINT32_MAX, clock.to_pt(e.time));
     if (e.kind != BundleEvent::Kind::TaskSwitches) continue;
     auto& list = log.by_cpu[e.cpu];
     for (const auto& [t, tid] : e.switches) list.emplace_back(clock.to_pt(t), tid);

@@ -109,9 +109,12 @@ std::string task_switches_line(const Profile& p) {
     return fmt("task switches: %" PRIu64 " in the trace; the guest logged none, so each switched-in stack starts on "
                "[base unknown]",
                t.seen);
-  return fmt("task switches: %" PRIu64 " in the trace, %" PRIu64 " matched to the guest's log of %" PRIu64
-             " (%.1f%%), %" PRIu64 " resumed the task's own stack; the rest start on [base unknown]",
-             t.seen, t.matched, t.logged, pct(t.matched, t.seen), t.resumed);
+  std::string line = fmt("task switches: %" PRIu64 " in the trace, %" PRIu64 " matched to the guest's log of %" PRIu64
+                         " (%.1f%%), %" PRIu64 " resumed the task's own stack; the rest start on [base unknown]",
+                         t.seen, t.matched, t.logged, pct(t.matched, t.seen), t.resumed);
+  if (t.after_loss)
+    line += fmt(" (%" PRIu64 " matched near a lost switch record: not resumed)", t.after_loss);
+  return line;
 }
 
 }  // namespace
@@ -235,6 +238,7 @@ std::string format_report_json(const Profile& p, const Symbolizer& symbols, cons
     edge_examples.push_back({function_key(symbols.function(a)), function_key(symbols.function(b))});
   j["task_switches"] = {{"logged", p.task_switches.logged},   {"seen", p.task_switches.seen},
                         {"matched", p.task_switches.matched}, {"resumed", p.task_switches.resumed},
+                        {"after_loss", p.task_switches.after_loss},
                         {"clock_offset", p.task_switches.clock_offset}};
   j["stack_edges"] = {{"steps", p.stack_edges.steps},        {"interrupts", p.stack_edges.interrupts},
                       {"unchecked", p.stack_edges.unchecked}, {"failed", p.stack_edges.failed},

@@ -171,12 +171,28 @@ struct StackKeyHash {
 
 // One step of a CPU's stitching (see stack_stitch.h).
 struct Action {
-  enum Kind : uint8_t { Begin, Switch, Logged, End } kind;
+  enum Kind : uint8_t { Begin, Switch, Logged, End, Loss } kind;
   uint64_t time;
   size_t piece;   // index into the sorted pieces (Begin, Switch, End)
   uint32_t k;     // Switch: which of the piece's switches (0-based); Logged: unused
   int64_t record; // Switch: the matched record or -1; Logged: the record
 };
+
+// Which of a CPU's records (times in `log`) are near a loss reported at
+// `losses` (sorted, the same clock): those after the previous loss up to
+// this one, and the first after it.
+std::vector<char> records_near_losses(const Log& log, const std::vector<uint64_t>& losses) {
+  std::vector<char> near(log.size(), 0);
+  uint64_t from = 0;
+  size_t r = 0;
+  for (uint64_t loss : losses) {
+    while (r < log.size() && log[r].first <= from) ++r;
+    while (r < log.size() && log[r].first <= loss) near[r++] = 1;
+    if (r < log.size()) near[r] = 1;
+    from = loss;
+  }
+  return near;
+}
 
 class Stitcher {
  public:
@@ -185,6 +201,8 @@ class Stitcher {
       : pieces_(pieces), decoders_(decoders), base_unknown_(base_unknown), out_(out) {}
 
   void run(const TaskSwitchLog* log);
+  // This CPU's loss reports (its own and every CPU's), sorted, in the log's time.
+  static std::vector<uint64_t> losses_of(const TaskSwitchLog* log, uint32_t cpu);
 
  private:
   struct Cpu {
@@ -197,8 +215,9 @@ class Stitcher {
     uint8_t pending = 0;
     std::vector<std::vector<uint32_t>> segments;  // the current piece's segment stacks
     std::vector<uint32_t> segment_ids;            // ... interned (UINT32_MAX: not yet)
+    std::vector<char> near_loss;                  // per record: records_near_losses
   };
-  void plan(Cpu& c, size_t first, size_t last);
+  void plan(Cpu& c, size_t first, size_t last, const std::vector<uint64_t>& losses);
   void take(Cpu& c, const Action& a);
   uint64_t task(const Cpu& c, uint32_t tid) const { return tid != 0 ? tid : (uint64_t{1} << 32) | c.id; }
   std::vector<uint32_t> resolve(const Cpu& c, uint32_t node, size_t decoder);
@@ -216,7 +235,16 @@ class Stitcher {
   size_t most_switches_ = 0;
 };
 
-void Stitcher::plan(Cpu& c, size_t first, size_t last) {
+std::vector<uint64_t> Stitcher::losses_of(const TaskSwitchLog* log, uint32_t cpu) {
+  std::vector<uint64_t> times;
+  if (log)
+    for (const auto& [at, time] : log->losses)
+      if (at == cpu || at == UINT32_MAX) times.push_back(time);
+  std::sort(times.begin(), times.end());
+  return times;
+}
+
+void Stitcher::plan(Cpu& c, size_t first, size_t last, const std::vector<uint64_t>& losses) {
   std::vector<SwitchSpan> spans;
   for (size_t i = first; i < last; ++i) spans.insert(spans.end(), pieces_[i].windows.begin(), pieces_[i].windows.end());
   SwitchMatch match;
@@ -234,6 +262,7 @@ void Stitcher::plan(Cpu& c, size_t first, size_t last) {
   }
   // Piece actions in stream order; logged switches the decode did not see
   // are put between them by time.
+  if (c.log) c.near_loss = records_near_losses(*c.log, losses);
   std::vector<char> used(c.log ? c.log->size() : 0, 0);
   for (int64_t r : match.record)
     if (r >= 0) used[static_cast<size_t>(r)] = 1;
@@ -246,7 +275,12 @@ void Stitcher::plan(Cpu& c, size_t first, size_t last) {
       c.actions.push_back({Action::Logged, t, 0, 0, static_cast<int64_t>(unseen)});
     }
   };
+  size_t loss = 0;
   auto add = [&](const Action& a) {
+    for (; loss < losses.size() && plus(losses[loss], match.offset) <= a.time; ++loss) {
+      unseen_before(plus(losses[loss], match.offset));
+      c.actions.push_back({Action::Loss, plus(losses[loss], match.offset), 0, 0, -1});
+    }
     unseen_before(a.time);
     c.actions.push_back(a);
   };
@@ -261,6 +295,7 @@ void Stitcher::plan(Cpu& c, size_t first, size_t last) {
     }
     add({Action::End, p.time, i, 0, -1});
   }
+  add({Action::Loss, UINT64_MAX, 0, 0, -1});  // the losses after the last piece (and then a no-op)
   unseen_before(UINT64_MAX);  // the rest of the log
 }
 
@@ -296,7 +331,9 @@ void Stitcher::take(Cpu& c, const Action& a) {
       const PieceStacks& p = pieces_[a.piece];
       std::vector<uint32_t> leaving = resolve(c, p.switch_out[a.k], p.decoder);
       std::vector<uint32_t> next{base_unknown_};
-      if (a.record >= 0) {
+      if (a.record >= 0 && c.near_loss[static_cast<size_t>(a.record)]) {
+        out_.task_switches.after_loss++;
+      } else if (a.record >= 0) {
         const Log& log = *c.log;
         const size_t r = static_cast<size_t>(a.record);
         if (r > 0) left_[task(c, log[r - 1].second)] = std::move(leaving);
@@ -319,6 +356,9 @@ void Stitcher::take(Cpu& c, const Action& a) {
       left_.erase(task(c, log[r].second));
       return;
     }
+    case Action::Loss:
+      left_.clear();  // a task a lost record named may have left since: none is trusted
+      return;
     case Action::End: {
       PieceStacks& p = pieces_[a.piece];
       const PieceDecoder& d = *decoders_[p.decoder];
@@ -348,7 +388,7 @@ void Stitcher::run(const TaskSwitchLog* log) {
     c.id = pieces_[i].cpu;
     if (log)
       if (auto it = log->by_cpu.find(c.id); it != log->by_cpu.end()) c.log = &it->second;
-    plan(c, i, j);
+    plan(c, i, j, losses_of(log, c.id));
     cpus.push_back(std::move(c));
     i = j;
   }

@@ -14,7 +14,14 @@
 //   logged switch one the decode did not see (an error or overflow hid it):
 //                 the stacks kept for both of its tasks are forgotten, as
 //                 they ran on unseen;
-//   end piece     every count is put on its full stack.
+//   end piece     every count is put on its full stack;
+//   loss          a sideband loss report (TaskSwitchLog::losses): records
+//                 of the CPU were dropped before it, since its previous
+//                 loss. The task a dropped record switched to ran unnamed,
+//                 and the record after a dropped one names the wrong task
+//                 as leaving: the matched switches from the previous loss
+//                 up to the first after this one keep and resume no stack,
+//                 and at the loss every kept stack is forgotten.
 #pragma once
 
 #include <cstdint>

@@ -78,6 +78,10 @@ struct StackEdgeCheck {
 // order they happened: (PT time, tid switched to; 0 is that CPU's idle task).
 struct TaskSwitchLog {
   std::map<uint32_t, std::vector<std::pair<uint64_t, uint32_t>>> by_cpu;
+  // Sideband losses that may have taken switch records: (CPU, or UINT32_MAX
+  // for every CPU; PT time of the report). The records were lost before that
+  // time, after the CPU's previous loss report.
+  std::vector<std::pair<uint32_t, uint64_t>> losses;
   uint64_t size() const;
 };
 
@@ -88,6 +92,7 @@ struct TaskSwitchStats {
   uint64_t seen = 0;     // task switches the decode walked through
   uint64_t matched = 0;  // ... matched to a logged switch (so the task is known)
   uint64_t resumed = 0;  // ... onto the stack the task had when it last left a CPU
+  uint64_t after_loss = 0;  // ... matched, but near a sideband loss: which task left is unsure, nothing kept or resumed
   int64_t clock_offset = 0;  // PT time units added to the log's times to match (estimated)
 };
 
