@@ -500,6 +500,14 @@ test::SynthBundle task_switch_bundle(bool with_log) {
   return b;
 }
 
+// The stacks of task_switch_bundle when no switched-in task resumes a kept stack.
+constexpr const char* kFoldedNoneResumed =
+    "[base_unknown];a_outer 2\n[base_unknown];b_inner 2\n[base_unknown];b_outer 2\n"
+    "[base_unknown];sched 4\n"
+    "b_outer 1\nb_outer;b_inner 1\nb_outer;b_inner;sched 1\n"
+    "b_outer;b_inner;sched;__switch_to_asm 1\n"
+    "c_outer 1\nc_outer;sched 1\nc_outer;sched;__switch_to_asm 1\n";
+
 TEST_F(DecodeTest, ATaskResumesTheStackItLeftOnAnotherCpu) {
   for (bool with_log : {true, false}) {
     Analysis a = open(task_switch_bundle(with_log));
@@ -524,11 +532,7 @@ TEST_F(DecodeTest, ATaskResumesTheStackItLeftOnAnotherCpu) {
       } else {
         EXPECT_EQ(p->task_switches.matched, 0u);
         EXPECT_EQ(folded,
-                  "[base_unknown];a_outer 2\n[base_unknown];b_inner 2\n[base_unknown];b_outer 2\n"
-                  "[base_unknown];sched 4\n"
-                  "b_outer 1\nb_outer;b_inner 1\nb_outer;b_inner;sched 1\n"
-                  "b_outer;b_inner;sched;__switch_to_asm 1\n"
-                  "c_outer 1\nc_outer;sched 1\nc_outer;sched;__switch_to_asm 1\n")
+                  kFoldedNoneResumed)
             << threads << " threads";
       }
     }
@@ -561,11 +565,7 @@ TEST_F(DecodeTest, ASwitchNearALostRecordKeepsAndResumesNoStack) {
     EXPECT_EQ(p->task_switches.after_loss, 1u);
     EXPECT_EQ(p->task_switches.resumed, 0u);
     EXPECT_EQ(folded_stacks(*p, a.symbols),
-              "[base_unknown];a_outer 2\n[base_unknown];b_inner 2\n[base_unknown];b_outer 2\n"
-              "[base_unknown];sched 4\n"
-              "b_outer 1\nb_outer;b_inner 1\nb_outer;b_inner;sched 1\n"
-              "b_outer;b_inner;sched;__switch_to_asm 1\n"
-              "c_outer 1\nc_outer;sched 1\nc_outer;sched;__switch_to_asm 1\n")
+              kFoldedNoneResumed)
         << threads << " threads";
   }
   // A loss on the other CPU long before changes nothing on CPU 0; B's stack
