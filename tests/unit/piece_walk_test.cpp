@@ -71,6 +71,30 @@ TEST_F(PieceWalkTest, CallPushesCountsTheEdgeAndReturnPops) {
   EXPECT_EQ(w.underflows(), 0u);
 }
 
+// sync_core() serializes with an IRET to its own next instruction: A calls
+// B, B calls C, C's IRET lands right after itself. That returns from no
+// call; taken as one it popped B (the frame below C). C's own return then
+// lands in B.
+TEST_F(PieceWalkTest, AnIretToTheNextInstructionReturnsFromNothing) {
+  PieceWalk w = walk(0);
+  w.on_block(block(kA, kClsCall));
+  w.on_block(block(kB, kClsCall));
+  w.on_block(block(kC, kClsReturn));  // ends in the IRET
+  PieceWalk::Block after = block(kC, kClsReturn, 2, false);
+  after.after_last = true;
+  w.on_block(after);
+  EXPECT_EQ(stack(w), "M0>A>B>C");
+  w.on_block(block(kB, kClsOther, 4, false));
+  EXPECT_EQ(stack(w), "M0>A>B");
+  // The same blocks, the IRET's destination not right after it: a return.
+  PieceWalk v = walk(0);
+  v.on_block(block(kA, kClsCall));
+  v.on_block(block(kB, kClsCall));
+  v.on_block(block(kC, kClsReturn));
+  v.on_block(block(kB, kClsOther, 4, false));
+  EXPECT_EQ(stack(v), "M0>A>B");
+}
+
 TEST_F(PieceWalkTest, ReturnBelowThePieceBaseCountsAnUnderflowInsteadOfInventingFrames) {
   PieceWalk w = walk(0);
   w.on_block(block(kA, kClsReturn));

@@ -261,8 +261,11 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
   std::vector<pt_block> tail, unconfirmed;
   // cut: the block was cut before its last instruction, whose branch is
   // then the next piece's.
+  uint64_t last_end_ip = 0;  // the last instruction of the block before
   auto process = [&](const pt_block& block, bool cut = false) {
     if (block.ninsn == 0) return;
+    const bool after_last = block.ip > last_end_ip && block.ip - last_end_ip <= 2;
+    last_end_ip = block.end_ip;
     CacheEntry& e = lookup(block.ip, block.end_ip, block.isid, block.iclass, walk.now());
     if (walk.leader() && !e.leader_seen) {
       e.leader_seen = true;
@@ -278,12 +281,13 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
         left -= n;
         bool last = i + 1 == parts.size() || left == 0;
         walk.on_block({parts[i].fn, n + (last ? left : 0), last && !cut ? e.cls : static_cast<uint8_t>(kClsOther),
-                       parts[i].at_entry, fn_kind_[parts[i].fn]});
+                       parts[i].at_entry, fn_kind_[parts[i].fn], i == 0 && after_last});
         if (last) break;
       }
     } else {
       bool at_entry = e.fn != Symbolizer::kUnknown && block.ip == symbols_.function(e.fn).start;
-      walk.on_block({e.fn, block.ninsn, cut ? static_cast<uint8_t>(kClsOther) : e.cls, at_entry, fn_kind_[e.fn]});
+      walk.on_block({e.fn, block.ninsn, cut ? static_cast<uint8_t>(kClsOther) : e.cls, at_entry, fn_kind_[e.fn],
+                     after_last});
     }
   };
   // Hands on the held blocks in order: the unconfirmed ones, then the tail.

@@ -165,6 +165,11 @@ void PieceWalk::move(const Place& b) {
     } else {
       cur_ = tree_.child(tree_.child(0, base_unknown_), f);
     }
+  } else if (pending_ == Pending::Return && b.after_last) {
+    // An IRET to the instruction after it serializes (sync_core()); it
+    // returns from no call. Taken as a return it would pop the caller's
+    // frame (do_sync_core lost on_each_cpu_cond_mask under every
+    // text_poke_bp_batch spin that followed it).
   } else if (pending_ == Pending::Return) {
     uint32_t p = tree_.node(cur_).parent;
     if (is_unknown_base(p)) {
@@ -197,7 +202,7 @@ void PieceWalk::move(const Place& b) {
 }
 
 void PieceWalk::on_block(const Block& b) {
-  move({b.fn, b.at_entry, b.kind});
+  move({b.fn, b.at_entry, b.kind, b.after_last});
   // A piece that begins inside the switch (its PSB fell there) returns out
   // of it onto the next task's stack too.
   if (!any_block_ && b.kind == kFnTaskSwitch && switch_depth_ == 0 && !reset_) switch_depth_ = tree_.node(cur_).depth;

@@ -147,12 +147,17 @@ class PieceWalk {
     uint8_t cls = kClsOther;  // the class of its last instruction
     bool at_entry = false;  // it starts at its function's entry
     FunctionKind kind = kFnPlain;
+    // It starts within 2 bytes after the previous block's last instruction:
+    // a return that lands there returns from nothing (sync_core()'s IRET to
+    // the next instruction; no call can have pushed that address).
+    bool after_last = false;
   };
   // Where an interrupt struck: the function of the FUP's address.
   struct Place {
     uint32_t fn = 0;
     bool at_entry = false;
     FunctionKind kind = kFnPlain;
+    bool after_last = false;  // as Block::after_last
   };
 
   // base_unknown: the function id of the [base unknown] frame.
