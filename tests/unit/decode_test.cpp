@@ -22,12 +22,13 @@ using test::kText;
 class DecodeTest : public ::testing::Test {
  protected:
   void TearDown() override {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+    for (const auto& dir : dirs_) std::filesystem::remove_all(dir);
   }
+  // Each call writes its own bundle; every one is removed at the end.
   Analysis open(const test::SynthBundle& b) {
-    dir_ = test::make_temp_dir("decode");
-    b.write(dir_ + "/b");
-    auto a = open_analysis(dir_ + "/b");
+    const std::string dir = dirs_.emplace_back(test::make_temp_dir("decode"));
+    b.write(dir + "/b");
+    auto a = open_analysis(dir + "/b");
     if (!a) ADD_FAILURE() << a.error().message;
     return std::move(*a);
   }
@@ -61,7 +62,7 @@ class DecodeTest : public ::testing::Test {
       if (s.function(id).name == name) return c.calls;
     return 0;
   }
-  std::string dir_;
+  std::vector<std::string> dirs_;
   Coverage last_coverage_;  // the fast path's answer for the last decode()
 };
 
@@ -262,8 +263,6 @@ TEST_F(DecodeTest, BpfAddressReuseDecodesEachProgramWithItsOwnBytes) {
     EXPECT_EQ(insns_of(p, a.symbols, "bpf_prog_2222_second"), 5u);
     EXPECT_EQ(p.insns, 7u);
     for (const auto& [id, c] : p.functions) EXPECT_EQ(a.symbols.function(id).module, "bpf");
-    std::filesystem::remove_all(dir_);
-    dir_.clear();
   }
 }
 
