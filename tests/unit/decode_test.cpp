@@ -225,6 +225,31 @@ TEST_P(PokeTest, MisalignedPokeIsResolvedByCandidates) {
   EXPECT_EQ(insns_of(p, a.symbols, "g_func"), 8u);
 }
 
+// An estimated sideband clock (kthost trace's arrival-time estimate) can put
+// a poke far later than the window of pieces: at 100000 here. With the
+// clock's uncertainty the piece with errors is tried just after and just
+// before each nearby change, and the one after the poke decodes cleanly.
+TEST_P(PokeTest, APokeFarOffByAnEstimatedClockIsFoundNearby) {
+  Analysis a = open(poke_bundle(GetParam(), 100000));
+  DecodeOptions o;
+  o.threads = 1;
+  o.align_window = 0;
+  auto naive = decode_profile(a.bundle.pt, *a.image, a.symbols, o);
+  ASSERT_TRUE(naive) << naive.error().message;
+  EXPECT_GT(naive->error_counts[DecodeErrorKind::Desync], 0u);
+  o.clock_uncertainty = 200000;
+  auto p = decode_profile(a.bundle.pt, *a.image, a.symbols, o);
+  ASSERT_TRUE(p) << p.error().message;
+  EXPECT_TRUE(p->error_counts.empty());
+  EXPECT_EQ(p->alignment_fixed, 1u);
+  EXPECT_EQ(insns_of(*p, a.symbols, "g_func"), 8u);
+  // Too far for the uncertainty: left as an error, never guessed.
+  o.clock_uncertainty = 1000;
+  auto far = decode_profile(a.bundle.pt, *a.image, a.symbols, o);
+  ASSERT_TRUE(far) << far.error().message;
+  EXPECT_GT(far->error_counts[DecodeErrorKind::Desync], 0u);
+}
+
 // 4 KiB text is copied whole on a poke; 128 KiB gets a poked overlay page.
 INSTANTIATE_TEST_SUITE_P(SmallAndLargeText, PokeTest, ::testing::Values(size_t{0x1000}, size_t{0x20000}));
 

@@ -15,6 +15,12 @@ Result<Analysis> open_analysis(const std::string& bundle_dir, const std::string&
   return a;
 }
 
+uint64_t clock_uncertainty(const BundleClock& clock) {
+  if (!clock.estimated || clock.time_mult == 0) return 0;
+  constexpr uint64_t kNs = 100'000'000;  // 100 ms
+  return (kNs << clock.time_shift) / clock.time_mult;  // ns -> PT ticks (time_shift <= 32: no overflow)
+}
+
 TaskSwitchLog task_switch_log(const Bundle& bundle) {
   TaskSwitchLog log;
   const BundleClock& clock = bundle.manifest.clock;

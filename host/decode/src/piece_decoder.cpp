@@ -433,8 +433,50 @@ Status PieceDecoder::decode(const Piece& piece) {
       forget_leaders();  // a discarded trial may have marked blocks
     }
   }
+  if (a_.error_total > 0 && options_.clock_uncertainty > 0) KT_TRY(align_to_changes(piece));
   commit(piece, a_);
   a_.reset();
+  return ok_status();
+}
+
+// The sideband's clock is an estimate: a text change may be placed well away
+// from when it happened. Try the piece just after and just before each of
+// the nearest changes, and keep the decode with the fewest errors (then the
+// most instructions), as the align window does.
+Status PieceDecoder::align_to_changes(const Piece& piece) {
+  constexpr size_t kMaxChanges = 16;
+  const uint64_t u = options_.clock_uncertainty;
+  const uint64_t lo = piece.time > u ? piece.time - u : 1, hi = a_.t_end + u;
+  std::vector<std::pair<uint64_t, uint64_t>> near;  // (distance, change time)
+  auto consider = [&](uint64_t t) {
+    if (t == 0 || t == kTimeForever || t < lo || t > hi) return;
+    const uint64_t d = t < piece.time ? piece.time - t : t > a_.t_end ? t - a_.t_end : 0;
+    near.emplace_back(d, t);
+  };
+  for (const auto& v : image_.versions()) {
+    consider(v.begin);
+    consider(v.end);
+  }
+  std::sort(near.begin(), near.end());
+  near.erase(std::unique(near.begin(), near.end()), near.end());
+  if (near.size() > kMaxChanges) near.resize(kMaxChanges);
+  if (near.empty()) return ok_status();
+  total_.alignment_retries++;
+  forget_leaders();
+  const uint64_t end = std::max(a_.t_end, piece.time);
+  for (const auto& [d, t] : near) {
+    // The cursor moves every change by the shift: put this one just before
+    // the piece's start, then just after its end.
+    for (int64_t shift : {static_cast<int64_t>(piece.time - 1 - t), static_cast<int64_t>(end + 1 - t)}) {
+      b_.reset();
+      KT_TRY(run(piece, shift, b_));
+      if (b_.error_total < a_.error_total || (b_.error_total == a_.error_total && b_.insns > a_.insns)) std::swap(a_, b_);
+    }
+    if (a_.error_total == 0) break;
+  }
+  if (a_.error_total == 0) total_.alignment_fixed++;
+  b_.reset();
+  forget_leaders();
   return ok_status();
 }
 

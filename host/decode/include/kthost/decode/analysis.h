@@ -13,6 +13,11 @@
 
 namespace kt {
 
+// How far the sideband's PT times may be off: 100 ms for a clock kthost
+// trace estimated from arrival times (measured offsets: 1.5-70 ms under
+// TCG), else 0 (the guest's own TSC clock: the align window covers it).
+uint64_t clock_uncertainty(const BundleClock& clock);
+
 struct Analysis {
   Bundle bundle;
   std::unique_ptr<VersionedImage> image;
@@ -22,6 +27,7 @@ struct Analysis {
   DecodeOptions decode_options() const {
     DecodeOptions o;
     o.task_switches = &task_switches;
+    o.clock_uncertainty = clock_uncertainty(bundle.manifest.clock);
     return o;
   }
 };

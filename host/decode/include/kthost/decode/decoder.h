@@ -128,6 +128,11 @@ struct DecodeOptions {
   unsigned threads = 0;                // 0: every core
   std::optional<uint32_t> cpu;         // decode only this CPU
   uint64_t align_window = kAlignAuto;  // PT time units; 0: no candidate alignments
+  // PT time units by which the sideband's times may be off (a clock kthost
+  // trace estimated from arrival times): a piece that still has errors after
+  // the align window is also tried just after and just before each of the
+  // text changes this close to it (the 16 nearest). 0: not tried.
+  uint64_t clock_uncertainty = 0;
   size_t max_error_examples = 50;
   uint64_t chunk_bytes = 1u << 20;     // pieces are grouped into chunks of about this much PT
   unsigned cache_bits = 16;            // per-thread block cache: 2^bits entries (32 bytes each)
