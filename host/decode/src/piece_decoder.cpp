@@ -421,12 +421,8 @@ Status PieceDecoder::decode(const Piece& piece) {
       forget_leaders();  // the trials must each see their own blocks
       bool fixed = false;
       for (int64_t shift : {-static_cast<int64_t>(w), static_cast<int64_t>(w)}) {
-        b_.reset();
-        KT_TRY(run(piece, shift, b_));
-        if (b_.error_total < a_.error_total || (b_.error_total == a_.error_total && b_.insns > a_.insns)) {
-          std::swap(a_, b_);
-          fixed = a_.error_total == 0;
-        }
+        KT_TRY(try_shift(piece, shift));
+        fixed = a_.error_total == 0;
       }
       if (fixed) total_.alignment_fixed++;
       b_.reset();
@@ -436,6 +432,15 @@ Status PieceDecoder::decode(const Piece& piece) {
   if (a_.error_total > 0 && options_.clock_uncertainty > 0) KT_TRY(align_to_changes(piece));
   commit(piece, a_);
   a_.reset();
+  return ok_status();
+}
+
+// The piece decoded with every text change moved by `shift`, kept in a_ when
+// it has fewer errors than a_, or as many and more instructions.
+Status PieceDecoder::try_shift(const Piece& piece, int64_t shift) {
+  b_.reset();
+  KT_TRY(run(piece, shift, b_));
+  if (b_.error_total < a_.error_total || (b_.error_total == a_.error_total && b_.insns > a_.insns)) std::swap(a_, b_);
   return ok_status();
 }
 
@@ -467,11 +472,8 @@ Status PieceDecoder::align_to_changes(const Piece& piece) {
   for (const auto& [d, t] : near) {
     // The cursor moves every change by the shift: put this one just before
     // the piece's start, then just after its end.
-    for (int64_t shift : {static_cast<int64_t>(piece.time - 1 - t), static_cast<int64_t>(end + 1 - t)}) {
-      b_.reset();
-      KT_TRY(run(piece, shift, b_));
-      if (b_.error_total < a_.error_total || (b_.error_total == a_.error_total && b_.insns > a_.insns)) std::swap(a_, b_);
-    }
+    for (int64_t shift : {static_cast<int64_t>(piece.time - 1 - t), static_cast<int64_t>(end + 1 - t)})
+      KT_TRY(try_shift(piece, shift));
     if (a_.error_total == 0) break;
   }
   if (a_.error_total == 0) total_.alignment_fixed++;

@@ -73,6 +73,8 @@ class PieceDecoder {
   std::vector<BlockPart> split_block(uint64_t ip, uint64_t end_ip, int isid, uint64_t time) const;
   std::vector<std::vector<BlockPart>> splits_;  // by cache slot
   Status run(const Piece& piece, int64_t shift, PieceScratch& s);
+  // A candidate alignment: kept in a_ when it decodes better.
+  Status try_shift(const Piece& piece, int64_t shift);
   // DecodeOptions::clock_uncertainty: the piece in a_ retried against nearby text changes.
   Status align_to_changes(const Piece& piece);
   void commit(const Piece& piece, PieceScratch& s);
