@@ -402,12 +402,13 @@ void write_stats(unsigned index, const Vcpu& v) {
   const long long pt_bytes = stat(pt.c_str(), &st) == 0 ? static_cast<long long>(st.st_size) : -1;
   std::fprintf(f,
                "pt_bytes=%lld\nkernel_blocks=%llu\nrep_repeats=%llu\nkernel_insns=%llu\ngt_entries=%llu\nevents=%llu\n"
-               "resolved_async=%llu\nresolved_fault=%llu\noverflows=%llu\npsbs=%llu\nidle_tscs=%llu\nenables=%llu\n"
+               "resolved_async=%llu\nresolved_fault=%llu\nunseen_user=%llu\noverflows=%llu\npsbs=%llu\nidle_tscs=%llu\nenables=%llu\n"
                "disables=%llu\nencode_errors=%llu\nwrite_failed=%d\ngt_faults_removed=%llu\ngt_int3_left_out=%llu\n",
                pt_bytes, static_cast<unsigned long long>(s.kernel_blocks), static_cast<unsigned long long>(s.rep_repeats),
                static_cast<unsigned long long>(s.kernel_insns), static_cast<unsigned long long>(v.gt_entries),
                static_cast<unsigned long long>(s.events), static_cast<unsigned long long>(s.resolved_async),
-               static_cast<unsigned long long>(s.resolved_fault), static_cast<unsigned long long>(s.overflows),
+               static_cast<unsigned long long>(s.resolved_fault), static_cast<unsigned long long>(s.unseen_user),
+               static_cast<unsigned long long>(s.overflows),
                static_cast<unsigned long long>(s.psbs), static_cast<unsigned long long>(s.idle_tscs),
                static_cast<unsigned long long>(s.enables),
                static_cast<unsigned long long>(s.disables), static_cast<unsigned long long>(s.encode_errors),

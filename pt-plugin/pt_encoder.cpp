@@ -307,6 +307,40 @@ void VcpuEncoder::return_to(uint64_t target) {
   emit_tip(target);
 }
 
+// The previous block was an IRET and the next block is user code. A chained
+// frame whose IRET block is one of those went to user mode too: its user
+// code faulted before it ran, and this is the fault handler's return. The
+// frame ends as it happened: TIP.PGD (to user) and TIP.PGE (the handler).
+void VcpuEncoder::resolve_return_to_user() {
+  for (size_t k = frames_.size(); k-- > 0;) {
+    const Frame& frame = frames_[k];
+    if (!frame.chained || frame.interrupted->end != EndKind::Iret) continue;
+    std::vector<uint8_t> prefix;
+    pt_packet packet;
+    std::memset(&packet, 0, sizeof packet);
+    packet.type = ppt_tip_pgd;
+    packet.payload.ip.ipc = pt_ipc_suppressed;
+    emit(packet, prefix);
+    ++stats_.disables;
+    emit_ip(ppt_tip_pge, frame.handler, prefix, false);
+    ++stats_.enables;
+    ++stats_.unseen_user;
+    close_frame(k, std::move(prefix));
+    return;
+  }
+}
+
+// A SYSRET (always to user mode) followed by a kernel block: the user code
+// faulted (or was interrupted) before any of its blocks ran.
+void VcpuEncoder::reenter_from_user(uint64_t entry) {
+  emit_pgd();
+  learn_entry(entry);
+  flush_tnt();
+  emit_ip(ppt_tip_pge, entry, sink(), true);
+  ++stats_.enables;
+  ++stats_.unseen_user;
+}
+
 void VcpuEncoder::stop() {
   flush_tnt();
   while (!frames_.empty()) give_up_top();
@@ -320,6 +354,7 @@ void VcpuEncoder::stop() {
 void VcpuEncoder::on_block(const Block& b) {
   if (!b.kernel) {
     if (in_kernel_) {
+      if (!frames_.empty() && prev_->end == EndKind::Iret) resolve_return_to_user();
       emit_pgd();
       in_kernel_ = false;
       prev_ = nullptr;
@@ -380,7 +415,7 @@ void VcpuEncoder::on_block(const Block& b) {
       if (!truncated) return_to(b.start);
       break;
     case EndKind::ToUser:
-      if (!truncated) emit_tip(b.start);
+      if (!truncated) reenter_from_user(b.start);
       break;
     case EndKind::SoftInt:
       if (truncated) break;

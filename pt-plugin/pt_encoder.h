@@ -24,6 +24,13 @@
 // resolve a frame below the innermost one when only that frame's block fits.  A frame that cannot be resolved (its IRET goes elsewhere,
 // the side buffer fills up, tracing stops) becomes OVF + PSB+ (with the
 // handler's FUP): the tail of the interrupted block is lost, and counted.
+// A return to user mode whose user code faults before any of its blocks
+// ran (its page not present yet) shows as a kernel block that returns to
+// user (SYSRET, IRET) followed at once by the fault handler, and the
+// handler's IRET then goes to user mode. After a SYSRET that is written as
+// it happened, TIP.PGD then TIP.PGE; after an IRET, which may also return
+// to the kernel, the handler opens a chained frame, and an IRET to user
+// mode while such a frame is open ends it the same way (unseen_user).
 // The PSB+'s TSC (the clock when the frame opened) gives a decoder the time
 // again at once, so that it never picks text by the stale time an overflow
 // leaves, and a place to start decoding anew.
@@ -84,6 +91,7 @@ struct EncoderStats {
   uint64_t events = 0;                // discontinuities encoded as FUP+TIP
   uint64_t resolved_async = 0;        // deferred frames resolved as "after the block"
   uint64_t resolved_fault = 0;        // deferred frames resolved as "inside the block"
+  uint64_t unseen_user = 0;           // returns to user mode whose user code faulted before it ran
   uint64_t overflows = 0;             // OVF packets written
   uint64_t psbs = 0;
   uint64_t idle_tscs = 0;             // TSCs written after an idle spell (note_idle)
@@ -163,6 +171,8 @@ class VcpuEncoder {
   void give_up_top();
   void close_frame(size_t index, std::vector<uint8_t>&& prefix);
   void return_to(uint64_t target);
+  void resolve_return_to_user();
+  void reenter_from_user(uint64_t entry);
   void learn_entry(uint64_t address);
   bool is_entry(uint64_t address) const;
 

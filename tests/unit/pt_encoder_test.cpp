@@ -303,6 +303,38 @@ TEST(PtEncoder, HaltAndSoftwareInterruptNeedNoDeferral) {
                                      "tip ffffffff81000110", "tip.pgd"}));
 }
 
+// A return to user mode whose first user instruction faults (its page not
+// present yet): QEMU runs no user block, so the plugin sees the kernel block
+// that returned and then the fault handler. A SYSRET always went to user.
+TEST(PtEncoder, ASysretWhoseUserCodeFaultsIsADisableThenAnEnable) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x100, 1, EndKind::ToUser));
+  r.run(kblock(K + 0x900, 1, EndKind::Iret));  // the page fault handler, from user mode
+  r.from_user();
+  EXPECT_EQ(r.finish(), with_header({"tip.pge ffffffff81000100", "tip.pgd", "tip.pge ffffffff81000900", "tip.pgd"}));
+  EXPECT_EQ(r.encoder.stats().unseen_user, 1u);
+}
+
+// An IRET may return to the kernel, so the handler after it opens a chained
+// frame; the handler's own IRET to user mode says where that IRET went. The
+// frame ends as it happened instead of staying open (no PSB while it is) and
+// becoming an overflow.
+TEST(PtEncoder, AnIretWhoseUserCodeFaultsEndsItsChainedFrameAtTheReturnToUser) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x900, 1, EndKind::Iret));  // an interrupt from user: K+0x900 is an entry point
+  r.from_user();
+  r.run(kblock(K + 0x100, 2, EndKind::Cond, K + 0x200));  // not taken
+  r.run(kblock(K + 0x104, 1, EndKind::Iret));             // returns to user, whose code faults at once
+  r.run(kblock(K + 0x900, 1, EndKind::Iret));             // the handler returns to user
+  r.from_user();
+  EXPECT_EQ(r.finish(), with_header({"tip.pge ffffffff81000900", "tip.pgd", "tip.pge ffffffff81000100", "tnt 0",
+                                     "tip.pgd", "tip.pge ffffffff81000900", "tip.pgd"}));
+  EXPECT_EQ(r.encoder.stats().unseen_user, 1u);
+  EXPECT_EQ(r.encoder.stats().overflows, 0u);
+}
+
 TEST(PtEncoder, UnresolvableFrameBecomesOverflow) {
   Trace r;
   r.from_user();
