@@ -17,7 +17,7 @@ Result<Analysis> open_analysis(const std::string& bundle_dir, const std::string&
 
 uint64_t clock_uncertainty(const BundleClock& clock) {
   if (!clock.estimated || clock.time_mult == 0) return 0;
-  constexpr uint64_t kNs = 100'000'000;  // 100 ms
+  constexpr uint64_t kNs = 300'000'000;  // 300 ms: twice the largest offset seen
   return (kNs << clock.time_shift) / clock.time_mult;  // ns -> PT ticks (time_shift <= 32: no overflow)
 }
 

@@ -13,9 +13,10 @@
 
 namespace kt {
 
-// How far the sideband's PT times may be off: 100 ms for a clock kthost
+// How far the sideband's PT times may be off: 300 ms for a clock kthost
 // trace estimated from arrival times (measured offsets: 1.5-70 ms under
-// TCG), else 0 (the guest's own TSC clock: the align window covers it).
+// TCG, and one text poke 106-150 ms off), else 0 (the guest's own TSC
+// clock: the align window covers it).
 uint64_t clock_uncertainty(const BundleClock& clock);
 
 struct Analysis {
