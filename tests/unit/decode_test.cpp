@@ -400,6 +400,34 @@ TEST_F(DecodeTest, APsbAfterAnOverflowGivesTheTimeTextIsPickedBy) {
   EXPECT_EQ(in_module, 3u);
 }
 
+// The software PT plugin's overflow: OVF, the FUP where tracing resumed,
+// then PSB+. The coverage fast path walks it as libipt does (the overflow is
+// taken where the walk stands, after the branch the last packet decided)
+// instead of handing the piece (megabytes, as a frame kept PSBs away) to
+// the full decoder.
+TEST_F(DecodeTest, TheCoverageFastPathWalksAnOverflowAsTheFullDecoderDoes) {
+  auto b = core_bundle();
+  test::PtWriter w;
+  w.psb(100);
+  w.pge(kMain);          // main_func: +0, the call; f_func: +0, its ret
+  w.tip(kMain + 7);      // back in main_func: inc, cmp, jne
+  w.tnt(true);           // the loop goes on at +2 ...
+  w.ovf();               // ... but the overflow comes first: the call at +2 is not taken as run
+  w.fup(kF);             // tracing resumed in f_func
+  w.psb_at(200, kF);
+  w.tip(kMain + 7);      // f_func: +0, its ret; main_func: inc, cmp, jne
+  w.tnt(false);          // falls through to its ret, whose target is the next piece's
+  b.pt[0] = w.finish();
+  Analysis a = open(b);
+  Profile p = decode(a);
+  EXPECT_EQ(p.error_counts[DecodeErrorKind::Overflow], 1u);
+  EXPECT_EQ(insns_of(p, a.symbols, "main_func"), 8u);
+  EXPECT_EQ(insns_of(p, a.symbols, "f_func"), 4u);
+  EXPECT_EQ(last_coverage_.fallback_bytes, 0u);
+  EXPECT_EQ(last_coverage_.fast_pieces, last_coverage_.pieces);
+  EXPECT_EQ(last_coverage_.fallback_reasons.count("an overflow"), 0u);
+}
+
 // Text that loops with no branch needing trace (here `1: pause; jmp 1b`, as
 // in panic_smp_self_stop) makes libipt return blocks forever without reading
 // a packet. The decode must stop it, say where, and go on with the next piece.

@@ -518,7 +518,7 @@ bool CoverageWalk::walk_packets(const Piece& piece, std::string& reason) {
   const uint8_t* const end = data.data() + std::min<uint64_t>(piece.end, data.size());
   uint64_t next_change = view_.next_change();
   const bool change_in_span = next_change < (piece.end_time ? piece.end_time : kTimeForever);
-  enum class State { Header, Off, On, Async } state = State::Header;
+  enum class State { Header, Off, On, Async, Overflow } state = State::Header;
   bool header_fup = false;
   uint64_t last_ip = 0, async_from = 0;
   go(nullptr, 0, 0);
@@ -587,11 +587,28 @@ bool CoverageWalk::walk_packets(const Piece& piece, std::string& reason) {
           return false;
         }
         break;
-      case FastPacket::Ovf: reason = "an overflow"; return false;
+      case FastPacket::Ovf:
+        // As libipt: the overflow is taken where the walk stands (after the
+        // branch the last packet decided; the text on from there is not
+        // run), and execution resumes where the FUP after it says, or at a
+        // TIP.PGE when tracing was off by then.
+        if (state != State::On && state != State::Off) {
+          reason = "an overflow inside PSB+ or an event";
+          return false;
+        }
+        go(nullptr, 0, 0);
+        leader_ = true;
+        ret_depth_ = 0;
+        state = State::Overflow;
+        break;
       case FastPacket::Fup:
         if (state == State::Header) {
           go(nullptr, 0, pkt.value);
           header_fup = true;
+        } else if (state == State::Overflow) {
+          go(nullptr, 0, pkt.value);  // where tracing resumed after the overflow
+          leader_ = true;
+          state = State::On;
         } else if (state == State::On) {
           if (in_tail_) {
             reason = "the piece ends in an event";
@@ -634,7 +651,7 @@ bool CoverageWalk::walk_packets(const Piece& piece, std::string& reason) {
         }
         break;
       case FastPacket::TipPge:
-        if (state != State::Off || pkt.ip_suppressed) {
+        if ((state != State::Off && state != State::Overflow) || pkt.ip_suppressed) {
           reason = "TIP.PGE while tracing is on";
           return false;
         }
@@ -659,8 +676,10 @@ bool CoverageWalk::walk_packets(const Piece& piece, std::string& reason) {
     }
     p = next;
   }
-  if (state == State::Header || state == State::Async) {
-    reason = state == State::Header ? "a piece that ends in its PSB+" : "the piece ends in an event";
+  if (state == State::Header || state == State::Async || state == State::Overflow) {
+    reason = state == State::Header  ? "a piece that ends in its PSB+"
+             : state == State::Async ? "the piece ends in an event"
+                                     : "the piece ends in an overflow";
     return false;
   }
   if (state == State::On) {

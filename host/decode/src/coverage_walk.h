@@ -14,6 +14,7 @@
 //   On         a TNT bit or TIP decides the branch the walk stops at; a FUP
 //              walks to its address and moves to Async
 //   Async      the FUP's TIP (the event's target) or TIP.PGD (tracing off)
+//   Overflow   after an OVF: the FUP where tracing resumed, or TIP.PGE
 // At the piece's last packet the walk keeps the blocks it passes (the tail)
 // and cuts them where the next piece's FUP says execution stood, as the full
 // decoder does. Anything else is a Fallback with a reason.
