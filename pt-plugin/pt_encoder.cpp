@@ -130,11 +130,15 @@ void VcpuEncoder::emit_tip(uint64_t ip) {
 // Leaving traced code for user mode: the target is not traced, so no IP.
 void VcpuEncoder::emit_pgd() {
   flush_tnt();
+  write_pgd(sink());
+}
+
+void VcpuEncoder::write_pgd(std::vector<uint8_t>& to) {
   pt_packet packet;
   std::memset(&packet, 0, sizeof packet);
   packet.type = ppt_tip_pgd;
   packet.payload.ip.ipc = pt_ipc_suppressed;
-  emit(packet, sink());
+  emit(packet, to);
   ++stats_.disables;
 }
 
@@ -316,12 +320,7 @@ void VcpuEncoder::resolve_return_to_user() {
     const Frame& frame = frames_[k];
     if (!frame.chained || frame.interrupted->end != EndKind::Iret) continue;
     std::vector<uint8_t> prefix;
-    pt_packet packet;
-    std::memset(&packet, 0, sizeof packet);
-    packet.type = ppt_tip_pgd;
-    packet.payload.ip.ipc = pt_ipc_suppressed;
-    emit(packet, prefix);
-    ++stats_.disables;
+    write_pgd(prefix);
     emit_ip(ppt_tip_pge, frame.handler, prefix, false);
     ++stats_.enables;
     ++stats_.unseen_user;
@@ -335,7 +334,6 @@ void VcpuEncoder::resolve_return_to_user() {
 void VcpuEncoder::reenter_from_user(uint64_t entry) {
   emit_pgd();
   learn_entry(entry);
-  flush_tnt();
   emit_ip(ppt_tip_pge, entry, sink(), true);
   ++stats_.enables;
   ++stats_.unseen_user;

@@ -158,6 +158,7 @@ class VcpuEncoder {
   void emit_ip(int type, uint64_t ip, std::vector<uint8_t>& to, bool compress);
   void emit_tip(uint64_t ip);
   void emit_pgd();
+  void write_pgd(std::vector<uint8_t>& to);  // TIP.PGD, IP suppressed, into `to`
   void emit_tnt_bit(bool taken);
   void flush_tnt();
   void emit_psb(bool with_fup, uint64_t ip);
