@@ -76,6 +76,28 @@ TEST(RegressNoise, EachMarginCanHoldAChangeBack) {
   EXPECT_TRUE(compare_run_sets(a2, b2, m, {}).self.empty());  // +18000 < 20000
 }
 
+TEST(RegressNoise, TheUnflaggedChangesNearestTheirMarginAreListedWithTheShareOfItUsed) {
+  // f: +9000 of a 10000 margin (10% of 100000); g: -3000 of 10000 (the
+  // per-million margin: 1000 ppm of 10M, with the 1M
+  // instructions in no function); h unchanged; work flagged.
+  std::vector<TracedRun> a = {run("a", {{"f", 100000}, {"g", 50000}, {"h", 7000}, {"work", 8843000}})};
+  std::vector<TracedRun> b = {run("b", {{"f", 109000}, {"g", 47000}, {"h", 7000}, {"work", 18843000}})};
+  RegressionResult r = compare_run_sets(a, b, {}, {});
+  ASSERT_EQ(r.self.size(), 1u);
+  EXPECT_EQ(r.self[0].name, "work");
+  ASSERT_EQ(r.nearest.size(), 2u);  // h did not move
+  EXPECT_EQ(r.nearest[0].name, "f");
+  EXPECT_EQ(r.nearest[0].kind, ChangeKind::Grew);
+  EXPECT_NEAR(r.nearest[0].margin_used(), 0.9, 1e-9);
+  EXPECT_EQ(r.nearest[1].name, "g");
+  EXPECT_EQ(r.nearest[1].kind, ChangeKind::Shrank);
+  EXPECT_NEAR(r.nearest[1].margin_used(), 0.3, 1e-9);
+  const std::string md = regression_markdown(r, "A", "B");
+  EXPECT_NE(md.find("Closest to its margin without being flagged: `f` grew 100,000 → 109,000 (90% of its margin"),
+            std::string::npos) << md;
+  EXPECT_NE(regression_json(r).find("\"nearest\""), std::string::npos);
+}
+
 TEST(RegressNoise, NewAndVanishedOnlyWhenConsistent) {
   std::vector<TracedRun> a = {run("a1", {{"old", 50000}, {"flaky", 50000}}), run("a2", {{"old", 50000}})};
   std::vector<TracedRun> b = {run("b1", {{"new", 50000}}), run("b2", {{"new", 50000}, {"flaky", 100000}})};

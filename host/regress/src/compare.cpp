@@ -19,7 +19,8 @@ double margin_for(const Spread& base, const Spread& next, const NoiseModel& m, d
 
 std::vector<FunctionDelta> significant(const std::map<std::string, Spread>& base,
                                        const std::map<std::string, Spread>& next, uint32_t base_runs,
-                                       uint32_t next_runs, const NoiseModel& m, double base_total, size_t* compared) {
+                                       uint32_t next_runs, const NoiseModel& m, double base_total, size_t* compared,
+                                       std::vector<FunctionDelta>* nearest) {
   std::vector<FunctionDelta> out;
   std::vector<std::string> names;
   for (const auto& [k, v] : base) names.push_back(k);
@@ -33,7 +34,13 @@ std::vector<FunctionDelta> significant(const std::map<std::string, Spread>& base
     if (auto it = next.find(name); it != next.end()) d.next = it->second;
     d.margin = margin_for(d.base, d.next, m, base_total);
     const double change = d.next.mean - d.base.mean;
-    if (std::fabs(change) <= d.margin) continue;
+    if (std::fabs(change) <= d.margin) {
+      if (nearest && change != 0) {
+        d.kind = change > 0 ? ChangeKind::Grew : ChangeKind::Shrank;
+        nearest->push_back(d);
+      }
+      continue;
+    }
     // New or vanished only when absent from every run of the other side.
     if (d.base.present == 0 && d.next.present == next_runs) d.kind = ChangeKind::New;
     else if (d.next.present == 0 && d.base.present == base_runs) d.kind = ChangeKind::Vanished;
@@ -43,6 +50,13 @@ std::vector<FunctionDelta> significant(const std::map<std::string, Spread>& base
   std::stable_sort(out.begin(), out.end(), [](const FunctionDelta& a, const FunctionDelta& b) {
     return std::fabs(a.next.mean - a.base.mean) > std::fabs(b.next.mean - b.base.mean);
   });
+  if (nearest) {
+    constexpr size_t kNearest = 10;
+    std::stable_sort(nearest->begin(), nearest->end(), [](const FunctionDelta& a, const FunctionDelta& b) {
+      return a.margin_used() > b.margin_used();
+    });
+    if (nearest->size() > kNearest) nearest->resize(kNearest);
+  }
   return out;
 }
 
@@ -106,10 +120,10 @@ RegressionResult compare_run_sets(const std::vector<TracedRun>& base, const std:
   check_runs(base, "base", limits, r.run_problems);
   check_runs(next, "new", limits, r.run_problems);
   r.self = significant(r.base.self, r.next.self, r.base.runs, r.next.runs, model, r.base.total.mean,
-                       &r.functions_compared);
+                       &r.functions_compared, &r.nearest);
   if (r.base.have_stacks && r.next.have_stacks)
     r.inclusive = significant(r.base.inclusive, r.next.inclusive, r.base.runs, r.next.runs, model,
-                              r.base.total.mean, nullptr);
+                              r.base.total.mean, nullptr, nullptr);
   return r;
 }
 

@@ -1,5 +1,6 @@
 // What a CI job keeps from a comparison: JSON for machines, Markdown for the
 // merge request, JUnit XML for the CI system's test view.
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -24,6 +25,7 @@ nlohmann::json deltas_json(const std::vector<FunctionDelta>& ds) {
                    {"base", spread_json(d.base)},
                    {"new", spread_json(d.next)},
                    {"margin", d.margin},
+                   {"margin_used", d.margin_used()},
                    {"factor", d.base.mean > 0 ? nlohmann::json(d.factor()) : nlohmann::json(nullptr)}});
   return out;
 }
@@ -121,6 +123,7 @@ std::string regression_json(const RegressionResult& r) {
       {"run_problems", r.run_problems},
       {"self", deltas_json(r.self)},
       {"inclusive", deltas_json(r.inclusive)},
+      {"nearest", deltas_json(r.nearest)},
   };
   return j.dump(2) + "\n";
 }
@@ -146,6 +149,17 @@ std::string regression_markdown(const RegressionResult& r, const std::string& ba
   table(out, r.self, top, [](ChangeKind k) { return k == ChangeKind::Grew || k == ChangeKind::New; });
   out += "## Improvements (own instructions shrank, or no longer executed)\n\n";
   table(out, r.self, top, [](ChangeKind k) { return k == ChangeKind::Shrank || k == ChangeKind::Vanished; });
+  if (!r.nearest.empty()) {
+    out += "Closest to its margin without being flagged:";
+    const size_t shown = std::min<size_t>(r.nearest.size(), 3);
+    for (size_t i = 0; i < shown; ++i) {
+      const FunctionDelta& d = r.nearest[i];
+      std::snprintf(buf, sizeof buf, "%.0f%%", 100.0 * d.margin_used());
+      out += std::string(i ? ";" : "") + " " + cell(d.name) + " " + change_kind_name(d.kind) + " " +
+             num(d.base.mean) + " → " + num(d.next.mean) + " (" + buf + " of its margin, " + num(d.margin) + ")";
+    }
+    out += ".\n\n";
+  }
   out += "## Inclusive changes (the function and everything it called)\n\n";
   if (r.base.have_stacks && r.next.have_stacks)
     table(out, r.inclusive, top, [](ChangeKind) { return true; });

@@ -76,6 +76,8 @@ struct FunctionDelta {
   Spread base, next;
   double margin = 0;  // what |next.mean - base.mean| had to exceed
   double factor() const { return base.mean > 0 ? next.mean / base.mean : 0; }
+  // |change| / margin: over 1 is flagged.
+  double margin_used() const { return margin > 0 ? (next.mean > base.mean ? next.mean - base.mean : base.mean - next.mean) / margin : 0; }
 };
 
 struct RegressionLimits {
@@ -89,6 +91,10 @@ struct RegressionResult {
   RunSetStats base, next;
   std::vector<FunctionDelta> self;       // significant changes of a function's own instructions
   std::vector<FunctionDelta> inclusive;  // significant changes including callees (stacks needed)
+  // The unflagged own-instruction changes that came closest to their margin
+  // (|change| / margin, highest first, at most 10): how much headroom the
+  // verdict had. Their kind says the direction.
+  std::vector<FunctionDelta> nearest;
   size_t functions_compared = 0;
   std::vector<std::string> run_problems;  // runs over the error or loss limits: an error, not a verdict
   bool regressed() const;                 // something grew or is newly executed
