@@ -36,7 +36,11 @@ uint8_t classify_x86(const uint8_t* p, size_t n) {
   if (i < n && (p[i] & 0xF0) == 0x40) ++i;  // REX
   if (i >= n) return kClsOther;
   uint8_t op = p[i];
+  // libipt's classes, which it gives for a block it decoded instruction by
+  // instruction but not always for one from its block cache (ptic_unknown):
+  // both must end in the same class. Software interrupts are far calls.
   if (op == 0xE8 || op == 0x9A) return kClsCall;
+  if (op == 0xCC || op == 0xCD || op == 0xCE || op == 0xF1) return kClsCall;  // INT3, INT n, INTO, INT1
   if (op == 0xC3 || op == 0xC2 || op == 0xCB || op == 0xCA || op == 0xCF) return kClsReturn;
   if (op == 0xE9 || op == 0xEB || op == 0xEA) return kClsJump;
   if ((op >= 0x70 && op <= 0x7F) || (op >= 0xE0 && op <= 0xE3)) return kClsCond;
@@ -48,6 +52,7 @@ uint8_t classify_x86(const uint8_t* p, size_t n) {
   if (op == 0x0F && i + 1 < n) {
     uint8_t op2 = p[i + 1];
     if (op2 == 0x07 || op2 == 0x35) return kClsReturn;  // SYSRET, SYSEXIT
+    if (op2 == 0x05 || op2 == 0x34) return kClsCall;    // SYSCALL, SYSENTER
     if (op2 >= 0x80 && op2 <= 0x8F) return kClsCond;
   }
   return kClsOther;
