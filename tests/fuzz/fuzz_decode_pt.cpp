@@ -11,33 +11,12 @@
 #include <map>
 #include <vector>
 
+#include "decode_pt_fixture.h"
 #include "kthost/decode/coverage.h"
 #include "kthost/decode/decoder.h"
-#include "kthost/decode/image.h"
-#include "kthost/decode/symbolizer.h"
-
-namespace {
-constexpr uint64_t kText = 0xffffffff81000000ull;
-struct Fixture {
-  kt::VersionedImage image;
-  kt::Symbolizer symbols;
-  Fixture() {
-    std::vector<uint8_t> code(0x1000, 0xcc);
-    const uint8_t loop[] = {0x31, 0xc0, 0xe8, 0xf9, 0x00, 0x00, 0x00, 0xff, 0xc0, 0x83, 0xf8, 0x03, 0x75, 0xf4, 0xc3};
-    std::copy(std::begin(loop), std::end(loop), code.begin());
-    code[0x100] = 0x90;
-    code[0x101] = 0xc3;
-    image.add_mapping(kText, code, 0, kt::kTimeForever, "fuzz");
-    image.add_poke(kText + 0x100, {0x90}, {0xcc}, 500);
-    (void)image.finalize();
-    (void)symbols.add_kallsyms("ffffffff81000000 T main_func\nffffffff81000100 T f_func\n", "");
-    symbols.finalize();
-  }
-};
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static Fixture f;
+  static kt::DecodePtFixture f;
   kt::PtStreams pt;
   pt[0] = kt::PtStream(std::vector<uint8_t>(data, data + size));
   kt::DecodeOptions o;

@@ -10,6 +10,7 @@
 #include "kthost/decode/coverage.h"
 #include "kthost/decode/decoder.h"
 #include "kthost/decode/report.h"
+#include "../fuzz/decode_pt_fixture.h"
 #include "synthetic_bundle.h"
 
 namespace kt {
@@ -688,31 +689,6 @@ TEST_F(DecodeTest, SplitAtPsbFindsEveryPieceWithItsTime) {
   EXPECT_EQ(pieces[1].end, data.size());
 }
 
-}  // namespace
-}  // namespace kt
-
-namespace kt {
-namespace {
-
-// fuzz_decode_pt's fixture: main_func's call loop and f_func (nop; ret),
-// whose nop becomes int3 at time 500.
-struct FuzzFixture {
-  VersionedImage image;
-  Symbolizer symbols;
-  FuzzFixture() {
-    std::vector<uint8_t> code(0x1000, 0xcc);
-    const uint8_t loop[] = {0x31, 0xc0, 0xe8, 0xf9, 0x00, 0x00, 0x00, 0xff, 0xc0, 0x83, 0xf8, 0x03, 0x75, 0xf4, 0xc3};
-    std::copy(std::begin(loop), std::end(loop), code.begin());
-    code[0x100] = 0x90;
-    code[0x101] = 0xc3;
-    image.add_mapping(kText, code, 0, kTimeForever, "fuzz");
-    image.add_poke(kText + 0x100, {0x90}, {0xcc}, 500);
-    (void)image.finalize();
-    (void)symbols.add_kallsyms("ffffffff81000000 T main_func\nffffffff81000100 T f_func\n", "");
-    symbols.finalize();
-  }
-};
-
 // Found by fuzz_decode_pt: a block that ends in an INT3 is a far call when
 // libipt decodes it instruction by instruction, but from its block cache (a
 // second decode of the same text) libipt gives no class (ptic_unknown) and
@@ -721,7 +697,7 @@ struct FuzzFixture {
 // process, covered 4 blocks and then 2, and the coverage fast path (which
 // handed both pieces to the full decoder) disagreed with decode_profile.
 TEST(DecodeCacheTest, ABlockEndingInInt3HasOneClassWhetherLibiptCachedItOrNot) {
-  FuzzFixture f;
+  DecodePtFixture f;
   const std::vector<uint8_t> data = {
       0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x99,
       0x01, 0x19, 0x64, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x23, 0xd1, 0x00, 0x00, 0x00, 0x00, 0x00,
@@ -741,7 +717,7 @@ TEST(DecodeCacheTest, ABlockEndingInInt3HasOneClassWhetherLibiptCachedItOrNot) {
   // main_func+8 (a 7-byte instruction, then the INT3 at +0xf), the INT3 at
   // +0x47, inc/cmp/jne from +7, and the call at +2: 7 instructions, 4 blocks.
   const std::set<std::pair<uint32_t, uint64_t>> want = {
-      {1, kText + 0x2}, {1, kText + 0x7}, {1, kText + 0x8}, {1, kText + 0x47}};
+      {1, kDecodePtText + 0x2}, {1, kDecodePtText + 0x7}, {1, kDecodePtText + 0x8}, {1, kDecodePtText + 0x47}};
   EXPECT_EQ(first->blocks_seen, want);
   auto second = decode_profile(pt, f.image, f.symbols, o);
   ASSERT_TRUE(second.ok());
