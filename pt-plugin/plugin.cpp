@@ -48,6 +48,7 @@
 #include "kthost_shared.h"
 #include "pt_encoder.h"
 #include "qemu_plugin_api.h"
+#include "stale_int3.h"
 #include "truth_stacks.h"
 
 extern "C" {
@@ -81,6 +82,9 @@ struct alignas(64) Vcpu {
   uint32_t stopped_generation = 0;     // the last trigger-off this vCPU has confirmed
   std::unique_ptr<ktpt::TruthStacks> truth;  // truth=on
   bool iret_loaded = false;            // the current block's IRET reported its first load
+  ktpt::StaleInt3Watch stale_int3;     // stuck on an INT3 that memory no longer holds (stale_int3.h)
+  uint64_t stale_int3_stuck = 0;       // ... times seen stuck
+  uint64_t code_flushes = 0;           // ... and the code-cache flushes that ended it
 };
 
 struct Config {
@@ -105,6 +109,12 @@ const ktpt::Block& g_user_block = *new ktpt::Block;  // kernel == false
 // truth=on: every kernel block by id (translation runs on several threads).
 std::mutex& g_blocks_lock = *new std::mutex;
 std::vector<const ktpt::Block*>& g_blocks = *new std::vector<const ktpt::Block*>;
+
+qemu_plugin_id_t g_plugin_id = 0;
+// A code-cache flush asked for and not yet done; the last one's time (steady ns).
+std::atomic<bool> g_code_flush_pending{false};
+std::atomic<int64_t> g_last_code_flush_ns{0};
+constexpr int64_t kCodeFlushGapNs = 1000000000;  // at most one flush a second
 
 uint64_t host_tsc(void*) { return __rdtsc(); }
 
@@ -206,9 +216,43 @@ void settle_disabled(unsigned index, Vcpu& v) {
   }
 }
 
-void on_block(unsigned index, const ktpt::Block& block) {
+void register_callbacks(qemu_plugin_id_t id);
+
+// After qemu_plugin_reset: QEMU flushed its code cache and dropped every
+// callback; the plugin's state is untouched.
+void after_code_flush(qemu_plugin_id_t id) {
+  register_callbacks(id);
+  g_code_flush_pending.store(false, std::memory_order_release);
+}
+
+// The vCPU re-runs an INT3 that is gone from memory (stale_int3.h): flush
+// QEMU's code cache, so that the address is translated from memory again.
+void flush_stale_code(unsigned index, Vcpu& v) {
+  ++v.stale_int3_stuck;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  const int64_t last = g_last_code_flush_ns.load(std::memory_order_relaxed);
+  if (last != 0 && now - last < kCodeFlushGapNs) return;  // stuck again soon: asked again at the next count
+  bool idle = false;
+  if (!g_code_flush_pending.compare_exchange_strong(idle, true)) return;
+  g_last_code_flush_ns.store(now, std::memory_order_relaxed);
+  ++v.code_flushes;
+  char line[160];
+  std::snprintf(line, sizeof line,
+                "ktpt: vCPU %u re-ran a stale INT3 at %#llx %u times (QEMU kept a translation older than the "
+                "text); flushing the code cache\n",
+                index, static_cast<unsigned long long>(v.stale_int3.stuck_at()), ktpt::StaleInt3Watch::kDefaultThreshold);
+  qemu_plugin_outs(line);
+  qemu_plugin_reset(g_plugin_id, after_code_flush);
+}
+
+void on_block(unsigned index, const ktpt::Block& block, bool lone_int3 = false) {
   Vcpu* v = vcpu_state(index);
   if (!v) return;
+  if (!block.kernel)
+    v->stale_int3.on_user_block();
+  else if (v->stale_int3.on_kernel_block(block, lone_int3))
+    flush_stale_code(index, *v);
   if (!g_enabled.load(std::memory_order_acquire)) {
     settle_disabled(index, *v);
     return;
@@ -229,6 +273,11 @@ void kernel_tb_exec(unsigned index, void* userdata) {
 }
 
 void user_tb_exec(unsigned index, void*) { on_block(index, g_user_block); }
+
+// A kernel block that is one INT3 (watched by StaleInt3Watch).
+void int3_tb_exec(unsigned index, void* userdata) {
+  on_block(index, *static_cast<const ktpt::Block*>(userdata), true);
+}
 
 // A block that is one REP string instruction: QEMU runs each iteration as a
 // block of its own, and most of a guest's blocks are these (a clear_page is
@@ -378,7 +427,11 @@ void tb_translate(qemu_plugin_id_t, struct qemu_plugin_tb* tb) {
     g_blocks.push_back(block);
   }
   const bool rep_alone = n == 1 && block->end == ktpt::EndKind::Rep;
-  qemu_plugin_register_vcpu_tb_exec_cb(tb, rep_alone ? rep_tb_exec : kernel_tb_exec, QEMU_PLUGIN_CB_NO_REGS, block);
+  struct qemu_plugin_insn* first = qemu_plugin_tb_get_insn(tb, 0);
+  const bool lone_int3 = ktpt::is_lone_int3(static_cast<const uint8_t*>(qemu_plugin_insn_data(first)),
+                                            qemu_plugin_insn_size(first), n);
+  qemu_plugin_register_vcpu_tb_exec_cb(tb, rep_alone ? rep_tb_exec : lone_int3 ? int3_tb_exec : kernel_tb_exec,
+                                       QEMU_PLUGIN_CB_NO_REGS, block);
 }
 
 void vcpu_idle(qemu_plugin_id_t, unsigned index) {
@@ -403,7 +456,8 @@ void write_stats(unsigned index, const Vcpu& v) {
   std::fprintf(f,
                "pt_bytes=%lld\nkernel_blocks=%llu\nrep_repeats=%llu\nkernel_insns=%llu\ngt_entries=%llu\nevents=%llu\n"
                "resolved_async=%llu\nresolved_fault=%llu\nunseen_user=%llu\noverflows=%llu\npsbs=%llu\nidle_tscs=%llu\nenables=%llu\n"
-               "disables=%llu\nencode_errors=%llu\nwrite_failed=%d\ngt_faults_removed=%llu\ngt_int3_left_out=%llu\n",
+               "disables=%llu\nencode_errors=%llu\nwrite_failed=%d\ngt_faults_removed=%llu\ngt_int3_left_out=%llu\n"
+               "stale_int3_stuck=%llu\ncode_flushes=%llu\n",
                pt_bytes, static_cast<unsigned long long>(s.kernel_blocks), static_cast<unsigned long long>(s.rep_repeats),
                static_cast<unsigned long long>(s.kernel_insns), static_cast<unsigned long long>(v.gt_entries),
                static_cast<unsigned long long>(s.events), static_cast<unsigned long long>(s.resolved_async),
@@ -413,7 +467,8 @@ void write_stats(unsigned index, const Vcpu& v) {
                static_cast<unsigned long long>(s.enables),
                static_cast<unsigned long long>(s.disables), static_cast<unsigned long long>(s.encode_errors),
                v.write_failed ? 1 : 0, static_cast<unsigned long long>(v.gt_faults),
-               static_cast<unsigned long long>(v.gt_int3));
+               static_cast<unsigned long long>(v.gt_int3), static_cast<unsigned long long>(v.stale_int3_stuck),
+               static_cast<unsigned long long>(v.code_flushes));
   std::fclose(f);
 }
 
@@ -490,6 +545,12 @@ void poll_trigger() {
   }
 }
 
+void register_callbacks(qemu_plugin_id_t id) {
+  qemu_plugin_register_vcpu_tb_trans_cb(id, tb_translate);
+  qemu_plugin_register_vcpu_idle_cb(id, vcpu_idle);
+  qemu_plugin_register_atexit_cb(id, at_exit, nullptr);
+}
+
 bool parse_args(int argc, char** argv, std::string& error) {
   for (int i = 0; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -548,8 +609,7 @@ extern "C" QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const
     g_enabled.store(trigger_on());
     g_poller = new std::thread(poll_trigger);
   }
-  qemu_plugin_register_vcpu_tb_trans_cb(id, tb_translate);
-  qemu_plugin_register_vcpu_idle_cb(id, vcpu_idle);
-  qemu_plugin_register_atexit_cb(id, at_exit, nullptr);
+  g_plugin_id = id;
+  register_callbacks(id);
   return 0;
 }

@@ -102,6 +102,9 @@ void qemu_plugin_register_atexit_cb(qemu_plugin_id_t id, qemu_plugin_udata_cb_t 
 int qemu_plugin_n_vcpus(void);
 int qemu_plugin_n_max_vcpus(void);
 void qemu_plugin_outs(const char *string);
+/* Flushes the code cache (all vCPUs stopped) and drops every callback of the
+ * plugin, then calls cb, which registers them again. */
+void qemu_plugin_reset(qemu_plugin_id_t id, qemu_plugin_simple_cb_t cb);
 
 #ifdef __cplusplus
 }

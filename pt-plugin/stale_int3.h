@@ -1,0 +1,78 @@
+// StaleInt3Watch: tells when a vCPU is stuck re-running an INT3 that is no
+// longer in the guest's memory, so that the plugin can flush QEMU's code
+// cache (plugin.cpp).
+//
+// Why it happens. text_poke_bp() rewrites live kernel text in three steps:
+// an INT3 on the first byte, the rest, then the new first byte; a CPU that
+// meets the INT3 meanwhile is sent on by poke_int3_handler(). When a CPU
+// traps on an INT3 that is gone from memory, the kernel's int3 path
+// (kprobe_int3_handler) takes it for a breakpoint removed just after the hit
+// and returns to the same address to run what is there now. On hardware the
+// retry runs the new bytes. Under multi-threaded TCG, a vCPU that was
+// translating that address while another vCPU stored the new first byte can
+// keep a translation made from the INT3 (the store landed after the bytes
+// were read and before the page was write-protected for code), and nothing
+// invalidates it until the page is written again. The retry then traps on
+// the stale INT3 for ever: the guest hangs, its vCPU spinning in
+// exc_int3 -> iret, and the trace grows by gigabytes. The plugin's own work
+// at translation time widens the window; it was seen once in a main job
+// (the static key of sched_schedstats in __schedule).
+//
+// The sign: a block that is one INT3, entered straight from an IRET's
+// return, at the same address as the INT3 before it, `threshold` times in a
+// row. A breakpoint or poke that is really there is handled and left (the
+// handler moves the IP on), so it does not repeat this way; if one ever did,
+// a flush only costs retranslation.
+#pragma once
+
+#include <cstdint>
+
+#include "pt_encoder.h"
+
+namespace ktpt {
+
+// Is the block one INT3 (0xcc) and nothing else?
+bool is_lone_int3(const uint8_t* first_insn, size_t first_size, size_t n_insns);
+
+class StaleInt3Watch {
+ public:
+  static constexpr uint32_t kDefaultThreshold = 1000;
+  explicit StaleInt3Watch(uint32_t threshold = kDefaultThreshold) : threshold_(threshold) {}
+
+  // Every kernel block the vCPU runs, in order; `lone_int3` from
+  // is_lone_int3() at translation. True when the vCPU is stuck: the block's
+  // address is in stuck_at(), and the count starts again.
+  bool on_kernel_block(const Block& block, bool lone_int3) {
+    bool stuck = false;
+    if (lone_int3) {
+      if (after_iret_ && block.start == int3_at_) {
+        if (++repeats_ >= threshold_) {
+          stuck = true;
+          stuck_at_ = int3_at_;
+          repeats_ = 0;
+        }
+      } else {
+        int3_at_ = block.start;
+        repeats_ = 1;
+      }
+    }
+    after_iret_ = block.end == EndKind::Iret;
+    return stuck;
+  }
+  // User code ran: whatever repeated, it was left.
+  void on_user_block() {
+    after_iret_ = false;
+    repeats_ = 0;
+  }
+  uint64_t stuck_at() const { return stuck_at_; }
+  uint32_t repeats() const { return repeats_; }
+
+ private:
+  uint32_t threshold_;
+  bool after_iret_ = false;
+  uint64_t int3_at_ = 0;
+  uint32_t repeats_ = 0;
+  uint64_t stuck_at_ = 0;
+};
+
+}  // namespace ktpt
