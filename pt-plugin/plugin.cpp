@@ -227,7 +227,8 @@ void after_code_flush(qemu_plugin_id_t id) {
 
 // The vCPU re-runs an INT3 that is gone from memory (stale_int3.h): flush
 // QEMU's code cache, so that the address is translated from memory again.
-void flush_stale_code(unsigned index, Vcpu& v) {
+// Cold and out of line: on_block, on every block, stays small.
+[[gnu::noinline, gnu::cold]] void flush_stale_code(unsigned index, Vcpu& v) {
   ++v.stale_int3_stuck;
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -249,10 +250,8 @@ void flush_stale_code(unsigned index, Vcpu& v) {
 void on_block(unsigned index, const ktpt::Block& block, bool lone_int3 = false) {
   Vcpu* v = vcpu_state(index);
   if (!v) return;
-  if (!block.kernel)
-    v->stale_int3.on_user_block();
-  else if (v->stale_int3.on_kernel_block(block, lone_int3))
-    flush_stale_code(index, *v);
+  if (lone_int3 && v->stale_int3.on_lone_int3(block)) flush_stale_code(index, *v);
+  v->stale_int3.on_block(block);
   if (!g_enabled.load(std::memory_order_acquire)) {
     settle_disabled(index, *v);
     return;

@@ -39,32 +39,23 @@ class StaleInt3Watch {
   static constexpr uint32_t kDefaultThreshold = 1000;
   explicit StaleInt3Watch(uint32_t threshold = kDefaultThreshold) : threshold_(threshold) {}
 
-  // Every kernel block the vCPU runs, in order; `lone_int3` from
-  // is_lone_int3() at translation. True when the vCPU is stuck: the block's
-  // address is in stuck_at(), and the count starts again.
-  bool on_kernel_block(const Block& block, bool lone_int3) {
-    bool stuck = false;
-    if (lone_int3) {
-      if (after_iret_ && block.start == int3_at_) {
-        if (++repeats_ >= threshold_) {
-          stuck = true;
-          stuck_at_ = int3_at_;
-          repeats_ = 0;
-        }
-      } else {
-        int3_at_ = block.start;
-        repeats_ = 1;
-      }
+  // A block that is one INT3 (is_lone_int3() at translation) is about to
+  // run: true when the vCPU is stuck there (the count then starts again).
+  // Call it before on_block() for that block.
+  bool on_lone_int3(const Block& block) {
+    if (!after_iret_ || block.start != int3_at_) {
+      int3_at_ = block.start;
+      repeats_ = 1;
+      return false;
     }
-    after_iret_ = block.end == EndKind::Iret;
-    return stuck;
-  }
-  // User code ran: whatever repeated, it was left.
-  void on_user_block() {
-    after_iret_ = false;
+    if (++repeats_ < threshold_) return false;
     repeats_ = 0;
+    return true;
   }
-  uint64_t stuck_at() const { return stuck_at_; }
+  // Every block the vCPU runs, user blocks too (theirs never end in a
+  // kernel IRET): one store, as it runs on every block.
+  void on_block(const Block& block) { after_iret_ = block.end == EndKind::Iret; }
+  uint64_t stuck_at() const { return int3_at_; }
   uint32_t repeats() const { return repeats_; }
 
  private:
@@ -72,7 +63,6 @@ class StaleInt3Watch {
   bool after_iret_ = false;
   uint64_t int3_at_ = 0;
   uint32_t repeats_ = 0;
-  uint64_t stuck_at_ = 0;
 };
 
 }  // namespace ktpt
