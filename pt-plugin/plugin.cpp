@@ -247,11 +247,15 @@ void after_code_flush(qemu_plugin_id_t id) {
   qemu_plugin_reset(g_plugin_id, after_code_flush);
 }
 
-void on_block(unsigned index, const ktpt::Block& block, bool lone_int3 = false) {
+// What the stale-INT3 watch needs of a block, told by the callback it was
+// registered with (so that the block is not read when tracing is off).
+enum class Watched : uint8_t { Plain, EndsInIret, LoneInt3 };
+
+void on_block(unsigned index, const ktpt::Block& block, Watched watched = Watched::Plain) {
   Vcpu* v = vcpu_state(index);
   if (!v) return;
-  if (lone_int3 && v->stale_int3.on_lone_int3(block)) flush_stale_code(index, *v);
-  v->stale_int3.on_block(block);
+  if (watched == Watched::LoneInt3 && v->stale_int3.on_lone_int3(block.start)) flush_stale_code(index, *v);
+  v->stale_int3.on_block(watched == Watched::EndsInIret);
   if (!g_enabled.load(std::memory_order_acquire)) {
     settle_disabled(index, *v);
     return;
@@ -275,7 +279,12 @@ void user_tb_exec(unsigned index, void*) { on_block(index, g_user_block); }
 
 // A kernel block that is one INT3 (watched by StaleInt3Watch).
 void int3_tb_exec(unsigned index, void* userdata) {
-  on_block(index, *static_cast<const ktpt::Block*>(userdata), true);
+  on_block(index, *static_cast<const ktpt::Block*>(userdata), Watched::LoneInt3);
+}
+
+// A kernel block that ends in an IRET (watched by StaleInt3Watch).
+void iret_tb_exec(unsigned index, void* userdata) {
+  on_block(index, *static_cast<const ktpt::Block*>(userdata), Watched::EndsInIret);
 }
 
 // A block that is one REP string instruction: QEMU runs each iteration as a
@@ -429,8 +438,11 @@ void tb_translate(qemu_plugin_id_t, struct qemu_plugin_tb* tb) {
   struct qemu_plugin_insn* first = qemu_plugin_tb_get_insn(tb, 0);
   const bool lone_int3 = ktpt::is_lone_int3(static_cast<const uint8_t*>(qemu_plugin_insn_data(first)),
                                             qemu_plugin_insn_size(first), n);
-  qemu_plugin_register_vcpu_tb_exec_cb(tb, rep_alone ? rep_tb_exec : lone_int3 ? int3_tb_exec : kernel_tb_exec,
-                                       QEMU_PLUGIN_CB_NO_REGS, block);
+  qemu_plugin_vcpu_udata_cb_t exec = kernel_tb_exec;
+  if (rep_alone) exec = rep_tb_exec;
+  else if (lone_int3) exec = int3_tb_exec;
+  else if (block->end == ktpt::EndKind::Iret) exec = iret_tb_exec;
+  qemu_plugin_register_vcpu_tb_exec_cb(tb, exec, QEMU_PLUGIN_CB_NO_REGS, block);
 }
 
 void vcpu_idle(qemu_plugin_id_t, unsigned index) {

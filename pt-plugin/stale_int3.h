@@ -25,9 +25,8 @@
 // a flush only costs retranslation.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-
-#include "pt_encoder.h"
 
 namespace ktpt {
 
@@ -42,9 +41,9 @@ class StaleInt3Watch {
   // A block that is one INT3 (is_lone_int3() at translation) is about to
   // run: true when the vCPU is stuck there (the count then starts again).
   // Call it before on_block() for that block.
-  bool on_lone_int3(const Block& block) {
-    if (!after_iret_ || block.start != int3_at_) {
-      int3_at_ = block.start;
+  bool on_lone_int3(uint64_t start) {
+    if (!after_iret_ || start != int3_at_) {
+      int3_at_ = start;
       repeats_ = 1;
       return false;
     }
@@ -52,9 +51,12 @@ class StaleInt3Watch {
     repeats_ = 0;
     return true;
   }
-  // Every block the vCPU runs, user blocks too (theirs never end in a
-  // kernel IRET): one store, as it runs on every block.
-  void on_block(const Block& block) { after_iret_ = block.end == EndKind::Iret; }
+  // Every block the vCPU runs, user blocks too: one store, as it runs on
+  // every block. `ends_in_iret` comes with the block's callback (the plugin
+  // registers IRET blocks with their own), so that the block itself is not
+  // read: with tracing off nothing else reads it, and reading it cost a
+  // cache miss per block.
+  void on_block(bool ends_in_iret) { after_iret_ = ends_in_iret; }
   uint64_t stuck_at() const { return int3_at_; }
   uint32_t repeats() const { return repeats_; }
 

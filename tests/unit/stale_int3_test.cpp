@@ -16,8 +16,8 @@ constexpr uint64_t kSite = 0xffffffff81852461;
 
 // The plugin's order: a lone INT3 is watched before the block is noted.
 bool run_block(StaleInt3Watch& w, const Block& b, bool lone_int3) {
-  const bool stuck = lone_int3 && w.on_lone_int3(b);
-  w.on_block(b);
+  const bool stuck = lone_int3 && w.on_lone_int3(b.start);
+  w.on_block(b.end == EndKind::Iret);
   return stuck;
 }
 
