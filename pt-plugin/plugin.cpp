@@ -396,12 +396,14 @@ void tb_translate(qemu_plugin_id_t, struct qemu_plugin_tb* tb) {
   block->kernel = true;
   block->n_insns = static_cast<uint32_t>(n);
   block->insn_offsets.reserve(n);
+  bool lone_int3 = false;
   for (size_t i = 0; i < n; ++i) {
     struct qemu_plugin_insn* insn = qemu_plugin_tb_get_insn(tb, i);
     const uint64_t address = qemu_plugin_insn_vaddr(insn);
     const size_t size = qemu_plugin_insn_size(insn);
     const auto* bytes = static_cast<const uint8_t*>(qemu_plugin_insn_data(insn));
     block->insn_offsets.push_back(static_cast<uint16_t>(address - start));
+    if (i == 0) lone_int3 = ktpt::is_lone_int3(bytes, size, n);
     if (i + 1 == n) {
       const ktpt::EndClass c = ktpt::classify_instruction(bytes, size, address);
       block->last = address;
@@ -435,9 +437,6 @@ void tb_translate(qemu_plugin_id_t, struct qemu_plugin_tb* tb) {
     g_blocks.push_back(block);
   }
   const bool rep_alone = n == 1 && block->end == ktpt::EndKind::Rep;
-  struct qemu_plugin_insn* first = qemu_plugin_tb_get_insn(tb, 0);
-  const bool lone_int3 = ktpt::is_lone_int3(static_cast<const uint8_t*>(qemu_plugin_insn_data(first)),
-                                            qemu_plugin_insn_size(first), n);
   qemu_plugin_vcpu_udata_cb_t exec = kernel_tb_exec;
   if (rep_alone) exec = rep_tb_exec;
   else if (lone_int3) exec = int3_tb_exec;

@@ -10,9 +10,9 @@
 // and returns to the same address to run what is there now. On hardware the
 // retry runs the new bytes. Under multi-threaded TCG, a vCPU that was
 // translating that address while another vCPU stored the new first byte can
-// keep a translation made from the INT3 (the store landed after the bytes
-// were read and before the page was write-protected for code), and nothing
-// invalidates it until the page is written again. The retry then traps on
+// keep a translation made from the INT3 (most likely: the store landed
+// after the bytes were read and before the page was write-protected for
+// code; inferred, not traced inside QEMU), and nothing invalidates it until the page is written again. The retry then traps on
 // the stale INT3 for ever: the guest hangs, its vCPU spinning in
 // exc_int3 -> iret, and the trace grows by gigabytes. The plugin's own work
 // at translation time widens the window; it was seen once in a main job
@@ -54,11 +54,9 @@ class StaleInt3Watch {
   // Every block the vCPU runs, user blocks too: one store, as it runs on
   // every block. `ends_in_iret` comes with the block's callback (the plugin
   // registers IRET blocks with their own), so that the block itself is not
-  // read: with tracing off nothing else reads it, and reading it cost a
-  // cache miss per block.
+  // read: with tracing off nothing else reads it.
   void on_block(bool ends_in_iret) { after_iret_ = ends_in_iret; }
   uint64_t stuck_at() const { return int3_at_; }
-  uint32_t repeats() const { return repeats_; }
 
  private:
   uint32_t threshold_;
