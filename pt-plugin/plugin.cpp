@@ -33,6 +33,7 @@
 #include <unistd.h>
 #include <x86intrin.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -114,7 +115,15 @@ qemu_plugin_id_t g_plugin_id = 0;
 // A code-cache flush asked for and not yet done; the last one's time (steady ns).
 std::atomic<bool> g_code_flush_pending{false};
 std::atomic<int64_t> g_last_code_flush_ns{0};
-constexpr int64_t kCodeFlushGapNs = 1000000000;  // at most one flush a second
+// Flushes are spaced: 250 ms apart at first, the gap doubling (up to 16 s)
+// while they come back to back and falling back after a quiet spell. Each
+// flush makes QEMU translate again, and the plugin allocate again, every
+// block that runs after it (tb_translate never frees a Block), so a guest
+// stuck over and over, or one that loops on an INT3 on purpose, must not
+// make it flush without end.
+constexpr int64_t kCodeFlushGapMinNs = 250000000;
+constexpr int64_t kCodeFlushGapMaxNs = 16000000000;
+std::atomic<int64_t> g_code_flush_gap_ns{kCodeFlushGapMinNs};
 
 uint64_t host_tsc(void*) { return __rdtsc(); }
 
@@ -233,9 +242,13 @@ void after_code_flush(qemu_plugin_id_t id) {
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::steady_clock::now().time_since_epoch()).count();
   const int64_t last = g_last_code_flush_ns.load(std::memory_order_relaxed);
-  if (last != 0 && now - last < kCodeFlushGapNs) return;  // stuck again soon: asked again at the next count
+  const int64_t gap = g_code_flush_gap_ns.load(std::memory_order_relaxed);
+  if (last != 0 && now - last < gap) return;  // stuck again soon: asked again at the next count
   bool idle = false;
   if (!g_code_flush_pending.compare_exchange_strong(idle, true)) return;
+  const bool back_to_back = last != 0 && now - last < 4 * gap;
+  g_code_flush_gap_ns.store(back_to_back ? std::min(2 * gap, kCodeFlushGapMaxNs) : kCodeFlushGapMinNs,
+                            std::memory_order_relaxed);
   g_last_code_flush_ns.store(now, std::memory_order_relaxed);
   ++v.code_flushes;
   char line[160];

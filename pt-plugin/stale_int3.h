@@ -35,7 +35,12 @@ bool is_lone_int3(const uint8_t* first_insn, size_t first_size, size_t n_insns);
 
 class StaleInt3Watch {
  public:
-  static constexpr uint32_t kDefaultThreshold = 1000;
+  // Low, so that a stuck episode adds little to a trace (each round is the
+  // guest's whole int3 path, ~150-200 instructions): a threshold of 1000
+  // showed up as a regression of exc_int3 and kprobe_int3_handler in a CI
+  // diff of an image against itself. A real breakpoint or poke site never
+  // repeats this way, and a false alarm only costs a flush.
+  static constexpr uint32_t kDefaultThreshold = 16;
   explicit StaleInt3Watch(uint32_t threshold = kDefaultThreshold) : threshold_(threshold) {}
 
   // A block that is one INT3 (is_lone_int3() at translation) is about to

@@ -50,7 +50,19 @@ ci() {  # ci NAME BASE NEW WORKLOAD: runs kthost-ci.sh, prints its summary, echo
   status=$?
   set -e
   grep 'kthost-ci: time' "$W/$name.log" >&2 || true
+  plugin_stats "$W/$name" >&2
   echo "$status"
+}
+plugin_stats() {  # DIR: what ktpt.so counted on each side that bends a trace (pt-plugin/README.md)
+  local side f stuck flushes
+  for side in base new; do
+    stuck=0 flushes=0
+    for f in "$1/$side"/pt/cpu*.stats; do
+      [ -f "$f" ] || continue
+      stuck=$((stuck + $(sed -n 's/^stale_int3_stuck=//p' "$f"))) flushes=$((flushes + $(sed -n 's/^code_flushes=//p' "$f")))
+    done
+    say "$side: ktpt.so saw a vCPU stuck on a stale INT3 $stuck times and flushed QEMU's code cache $flushes times"
+  done
 }
 failed=0
 
