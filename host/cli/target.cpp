@@ -29,12 +29,15 @@ void trace_session_options(Options& opt) {
   opt.value("holder-boost", "P",
             "SCHED_FIFO priority of a vCPU thread while its guest waits on a hold, below --guard-rt (default: one below; "
             "0: never)");
+  opt.value("max-pt", "SIZE", "end the trace once PT reaches SIZE (e.g. 4G; default: no limit)");
+  opt.value("min-free", "SIZE", "end the trace once the bundle's filesystem has less free (default 1G; 0: no floor)");
 }
 
 TraceOptionWords trace_option_words(const Options& opt, const std::string& out_dir) {
   return {opt.get("backend"), opt.get("pt"),         opt.get("pt-psb"),         opt.get("pt-mtc"), opt.get("pt-cyc"),
           opt.has("pt-no-tsc"), opt.has("no-guard"), opt.has("no-ack-word"), out_dir,
-          opt.get("guard-nice"), opt.get("guard-rt"), opt.get("holder-boost")};
+          opt.get("guard-nice"), opt.get("guard-rt"), opt.get("holder-boost"), opt.get("max-pt"),
+          opt.get("min-free")};
 }
 
 Status Target::check_alive() const {

@@ -35,5 +35,16 @@ TEST(Strings, StrictNumberParsing) {
   EXPECT_EQ(sanitize_name(std::string(20, 'x'), 5), "xxxxx");
 }
 
+TEST(Strings, ByteSizesOfOptions) {
+  EXPECT_EQ(*parse_byte_size("10G", "--x"), 10ull << 30);
+  EXPECT_EQ(*parse_byte_size("512m", "--x"), 512ull << 20);
+  EXPECT_EQ(*parse_byte_size("4096", "--x"), 4096u);
+  for (const char* bad : {"", "G", "-1", "1.5G", "99999999999999999999", "16777216T"}) {
+    auto v = parse_byte_size(bad, "--max-disk");
+    ASSERT_FALSE(v) << bad;
+    EXPECT_NE(v.error().message.find("--max-disk"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace kt

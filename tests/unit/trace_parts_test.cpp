@@ -345,6 +345,25 @@ TEST(TraceOptions, ParsedWithEachBadValueNamed) {
     ASSERT_FALSE(o) << bad;
     EXPECT_NE(o.error().message.find("--guard-nice takes -20..19"), std::string::npos) << o.error().message;
   }
+  w.guard_nice.reset();
+  o = parse_trace_options(w);
+  EXPECT_EQ(o->max_pt_bytes, 0u);              // no limit
+  EXPECT_EQ(o->min_free_bytes, uint64_t{1} << 30);  // 1 GiB
+  w.max_pt = "4G";
+  w.min_free = "0";
+  o = parse_trace_options(w);
+  ASSERT_TRUE(o) << o.error().message;
+  EXPECT_EQ(o->max_pt_bytes, uint64_t{4} << 30);
+  EXPECT_EQ(o->min_free_bytes, 0u);
+  w.max_pt = "4Q";
+  o = parse_trace_options(w);
+  ASSERT_FALSE(o);
+  EXPECT_NE(o.error().message.find("--max-pt takes a size in bytes"), std::string::npos) << o.error().message;
+  w.max_pt.reset();
+  w.min_free = "-1";
+  o = parse_trace_options(w);
+  ASSERT_FALSE(o);
+  EXPECT_NE(o.error().message.find("--min-free takes a size in bytes"), std::string::npos) << o.error().message;
 }
 
 TEST(ThreadSetup, NamesAndNicesOnlyTheCallingThread) {

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -123,7 +124,7 @@ class TraceSessionTest : public ::testing::Test {
     helper_.reset();
     std::filesystem::remove_all(dir_);
   }
-  std::unique_ptr<TraceSession> open() {
+  std::unique_ptr<TraceSession> open(const std::function<void(TraceOptions&)>& adjust = {}) {
     auto mem = std::make_unique<BufferMemory>(4u << 20);
     build_fake_guest(*mem);
     memory_ = mem.get();
@@ -138,6 +139,7 @@ class TraceSessionTest : public ::testing::Test {
     TraceOptions o;
     o.out_dir = (dir_ / "bundle").string();
     o.pt = PtChoice::None;
+    if (adjust) adjust(o);
     auto s = TraceSession::open(std::move(parts), target, o);
     EXPECT_TRUE(s) << s.error().message;
     if (!s) return nullptr;
@@ -461,6 +463,39 @@ TEST_F(TraceSessionTest, LossesAreCountedAndAClosedChannelEndsTheSession) {
   EXPECT_EQ(sum->losses.perf_ring, 5u);
   EXPECT_EQ(sum->losses.total(), 5u);
   EXPECT_NE(sum->end_reason.find("channel"), std::string::npos);
+}
+
+// --min-free: the trace ends, as after --duration (not a failure), once the
+// bundle's filesystem has less free than the floor; the reason names it and
+// the real free space (statvfs of the bundle's directory, not a fake).
+TEST_F(TraceSessionTest, ATraceEndsWhenTheBundlesFilesystemFallsUnderItsFreeFloor) {
+  std::vector<std::string> notices;
+  auto session = open([&](TraceOptions& o) {
+    o.min_free_bytes = uint64_t{1} << 62;  // more than any disk has
+    o.notice = [&](const std::string& n) { notices.push_back(n); };
+  });
+  ASSERT_TRUE(session);
+  helper_->hello_and_state_dump();
+  bool ended = false;
+  for (int i = 0; i < 100 && !ended; ++i) ended = !session->step(50ms);
+  ASSERT_TRUE(ended) << "still tracing after 5 s";
+  EXPECT_FALSE(session->failed());
+  EXPECT_NE(session->end_reason().find("free, under --min-free 4194304.0 TiB"), std::string::npos)
+      << session->end_reason();
+  EXPECT_NE(session->end_reason().find(dir_.string()), std::string::npos) << session->end_reason();
+  auto sum = session->finish("duration");
+  ASSERT_TRUE(sum) << sum.error().message;
+  EXPECT_NE(sum->end_reason.find("--min-free"), std::string::npos) << sum->end_reason;
+  ASSERT_FALSE(notices.empty());
+  EXPECT_NE(notices.back().find("the trace ends here"), std::string::npos) << notices.back();
+}
+
+TEST_F(TraceSessionTest, AFreeFloorTheDiskMeetsDoesNotEndTheTrace) {
+  auto session = open([](TraceOptions& o) { o.min_free_bytes = 1; });
+  ASSERT_TRUE(session);
+  helper_->hello_and_state_dump();
+  const auto until = std::chrono::steady_clock::now() + 1500ms;  // past the first once-a-second check
+  while (std::chrono::steady_clock::now() < until) ASSERT_TRUE(session->step(50ms)) << session->end_reason();
 }
 
 }  // namespace

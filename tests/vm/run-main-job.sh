@@ -107,6 +107,24 @@ set +e
 rc=$?
 set -e
 [ $rc -eq 7 ] || { cat "$WORK/exit7.log" >&2; say "kthost trace -- 'exit 7' exited $rc, not 7"; exit 1; }
+say "   a trace ends at its PT bound: kthost trace --max-pt 1M -- (6 s of /proc reads)"
+set +e
+"$K" trace --domain "$NAME" --max-pt 1M -o "$WORK/maxpt" --timeout 10 -- \
+  'end=$(($(date +%s) + 6)); while [ $(date +%s) -lt $end ]; do cat /proc/uptime /proc/loadavg >/dev/null; done' \
+  >/dev/null 2>"$WORK/maxpt.log"
+rc=$?
+set -e
+python3 - "$WORK/maxpt" "$rc" <<'PY' || { cat "$WORK/maxpt.log" >&2; say "FAIL  --max-pt"; exit 1; }
+import json, os, sys
+bundle, rc = sys.argv[1], int(sys.argv[2])
+end = json.load(open(os.path.join(bundle, "summary.json")))["end"]
+pt = sum(os.path.getsize(os.path.join(bundle, "pt", f)) for f in os.listdir(os.path.join(bundle, "pt")))
+print(f"   --max-pt 1M: exit {rc}, end '{end}', {pt} bytes of PT in the bundle")
+assert rc == 128, f"exit {rc}: not 128 (stopped before the command ended)"
+assert end.startswith("PT reached --max-pt 1.0 MiB"), end
+assert pt >= 1 << 20, f"{pt} bytes of PT: the trace ended before its bound"
+PY
+sleep 6  # the loop ends in the guest before the next trace
 
 say "4. kthost report $BUNDLE"
 "$K" report "$BUNDLE" --top 20 --quiet
@@ -157,7 +175,8 @@ attempt=1
 while :; do
   SECOND=$WORK/second-$attempt
   set +e
-  "$K" trace --domain "$NAME" -o "$SECOND" -- 'ktprobe bpf-stress --count 12 --kinds socket,xdp,tracepoint,kprobe,fentry,fexit --calls 300 --seed 7 --out /tmp/bpf2.txt &&
+  # Bounded (a guest stuck under TCG once made this trace write 10 GiB).
+  "$K" trace --domain "$NAME" -o "$SECOND" --duration 600 --max-pt 2G -- 'ktprobe bpf-stress --count 12 --kinds socket,xdp,tracepoint,kprobe,fentry,fexit --calls 300 --seed 7 --out /tmp/bpf2.txt &&
      for i in 1 2 3 4 5; do insmod /lib/kthost-test/dummy.ko && rmmod dummy || exit 1; done &&
      echo 1 >/proc/sys/kernel/sched_schedstats && echo 0 >/proc/sys/kernel/sched_schedstats' >"$SECOND.out" 2>"$SECOND.log"
   rc=$?

@@ -1,5 +1,7 @@
 #include "kthost/trace/trace_session.h"
 
+#include <sys/statvfs.h>
+
 #include <atomic>
 #include <cstdio>
 #include <mutex>
@@ -65,6 +67,12 @@ Result<TraceOptions> parse_trace_options(const TraceOptionWords& w) {
   }
   // The holder's priority stays below the answering threads' (by default one
   // below; none when they run under normal scheduling).
+  if (w.max_pt) {
+    KT_ASSIGN_OR_RETURN(o.max_pt_bytes, parse_byte_size(*w.max_pt, "--max-pt"));
+  }
+  if (w.min_free) {
+    KT_ASSIGN_OR_RETURN(o.min_free_bytes, parse_byte_size(*w.min_free, "--min-free"));
+  }
   o.holder_boost = o.guard_rt > 1 ? o.guard_rt - 1 : 0;
   if (w.holder_boost) {
     KT_ASSIGN_OR_RETURN(o.holder_boost, parse_priority("--holder-boost", *w.holder_boost, 98));
@@ -205,7 +213,23 @@ struct TraceSession::State {
   void handle(const SidebandEvent& ev, const HostArrival& received);
   void store_pending_texts();
   void once_a_second();
+  std::string limit_reached() const;
 };
+
+// The bounds of TraceOptions: what was passed, or "".
+std::string TraceSession::State::limit_reached() const {
+  const uint64_t pt_bytes = pt ? pt->total_bytes() : 0;
+  if (options.max_pt_bytes && pt_bytes >= options.max_pt_bytes)
+    return "PT reached --max-pt " + human_bytes(options.max_pt_bytes) + " (" + human_bytes(pt_bytes) + ")";
+  if (!options.min_free_bytes) return "";
+  struct statvfs fs {};
+  if (::statvfs(options.out_dir.c_str(), &fs) != 0) return "";  // the bundle's own writes report a missing directory
+  const uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  if (free_bytes < options.min_free_bytes)
+    return "the bundle's filesystem (" + options.out_dir + ") has " + human_bytes(free_bytes) +
+           " free, under --min-free " + human_bytes(options.min_free_bytes);
+  return "";
+}
 
 void TraceSession::State::handle_batches(std::vector<SidebandBatch> batches) {
   view = reader->view();
@@ -404,6 +428,10 @@ void TraceSession::State::store_pending_texts() {
 void TraceSession::State::once_a_second() {
   if (target.check_alive)
     if (auto alive = target.check_alive(); !alive) return end("guest: " + alive.error().message, true);
+  if (auto limit = limit_reached(); !limit.empty()) {
+    notice(limit + ": the trace ends here");
+    return end(limit, false);
+  }
   losses().to_bundle(*bundle);
   if (clock.has_clock()) bundle->set_clock(clock.bundle_clock());
   if (auto st = bundle->flush(); !st) notice(st.error().message);

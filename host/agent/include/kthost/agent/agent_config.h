@@ -38,8 +38,5 @@ struct AgentConfig {
   double retry_max_seconds = 60;   // the longest back-off between tries
 };
 
-// "10G", "512M", "64K", "1000": bytes (binary units). Errors: InvalidArgument
-// naming `what`.
-Result<uint64_t> parse_byte_size(const std::string& text, const std::string& what);
 
 }  // namespace kt

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kthost/common/result.h"
+
 namespace kt {
 
 // "0xffffffff81000000"
@@ -21,6 +23,9 @@ std::optional<std::vector<uint8_t>> parse_hex_bytes(std::string_view text);
 std::optional<uint64_t> parse_u64(std::string_view text, int base = 0);
 // Human size: "12.3 MiB".
 std::string human_bytes(uint64_t bytes);
+// "10G", "512M", "64K", "1000": bytes (binary units; an option's value).
+// Errors: InvalidArgument naming `what` and the text.
+Result<uint64_t> parse_byte_size(const std::string& text, const std::string& what);
 std::vector<std::string_view> split(std::string_view text, char sep);
 std::string_view trim(std::string_view text);
 bool starts_with(std::string_view text, std::string_view prefix);

@@ -86,6 +86,12 @@ struct TraceOptions {
   // the trace. Text changed between the snapshot and start_pt() still comes
   // through the sideband, which is connected before the snapshot.
   bool pt_at_open = true;
+  // Bounds on what a trace writes, checked once a second (so a limit is
+  // passed by at most a second's PT); the trace then ends as after
+  // --duration, its end reason naming the limit. A guest stuck in a loop
+  // under the TCG plugin once wrote 10 GiB of PT before anyone noticed.
+  uint64_t max_pt_bytes = 0;              // PT bytes (0: no limit)
+  uint64_t min_free_bytes = 1ull << 30;   // free bytes left on the bundle's filesystem (0: no floor)
   // Messages for the user (warnings, what was chosen); stderr in the CLI.
   std::function<void(const std::string&)> notice;
 };
@@ -96,6 +102,7 @@ struct TraceOptionWords {
   bool pt_no_tsc = false, no_guard = false, no_ack_word = false;
   std::string out_dir;
   std::optional<std::string> guard_nice, guard_rt, holder_boost;
+  std::optional<std::string> max_pt, min_free;
 };
 // Errors: InvalidArgument naming the option and the value.
 Result<TraceOptions> parse_trace_options(const TraceOptionWords& words);
