@@ -10,12 +10,13 @@ namespace {
 
 constexpr uint32_t kA = 1, kB = 2, kC = 3, kD = 4, kThunk = 5, kSwitch = 6;
 constexpr uint32_t kBase = 7;  // the [base unknown] frame's id
+constexpr uint32_t kEntry = 8;  // an event entry (asm_sysvec_apic_timer_interrupt)
 
 class PieceWalkTest : public ::testing::Test {
  protected:
   PieceWalkTest() {
-    s_.fn_insns.assign(8, 0);
-    s_.fn_calls.assign(8, 0);
+    s_.fn_insns.assign(9, 0);
+    s_.fn_calls.assign(9, 0);
     s_.node_insns.assign(1, 0);
   }
   // The stack of the walk's current node, root first ("M0" for a base marker
@@ -33,12 +34,16 @@ class PieceWalkTest : public ::testing::Test {
              : f == kBase       ? std::string("?")
              : f == kThunk      ? std::string("T")
              : f == kSwitch     ? std::string("S")
+             : f == kEntry      ? std::string("E")
                                 : std::string(1, static_cast<char>('@' + f));
     }
     return out;
   }
   static PieceWalk::Block block(uint32_t fn, uint8_t cls, uint32_t ninsn = 4, bool at_entry = true) {
-    const FunctionKind kind = fn == kThunk ? kFnThunk : fn == kSwitch ? kFnTaskSwitch : kFnPlain;
+    const FunctionKind kind = fn == kThunk    ? kFnThunk
+                              : fn == kSwitch ? kFnTaskSwitch
+                              : fn == kEntry  ? kFnEventEntry
+                                              : kFnPlain;
     return {fn, ninsn, cls, at_entry, kind};
   }
   PieceWalk walk(uint64_t start_time) { return PieceWalk(tree_, s_, start_time, kBase); }
@@ -375,6 +380,63 @@ TEST_F(PieceWalkTest, TheLastPendingTransitionAndTheFirstLandingAreKeptForStitch
   w.on_block(block(kB, kClsReturn));
   EXPECT_EQ(w.first_fn(), kA);
   EXPECT_EQ(w.pending(), PieceWalk::Pending::Return);  // the next piece's first block is where it returns
+}
+
+// text_poke_bp's INT3 handler emulates the CALL at a site being rewritten:
+// B, struck by the INT3 in its middle, goes on in D's entry by the IRET, and
+// D's return comes back to B. The IRET is a call B made by proxy: D stands
+// on B. (Taken as a return, D replaced B, and D's return to B then replaced
+// A: a frame lost per emulated call, seen thousands of times in ftrace's
+// patching of `call __fentry__` sites.)
+TEST_F(PieceWalkTest, AnIretIntoAnotherFunctionsEntryIsACallByProxy) {
+  PieceWalk w = walk(0);
+  w.on_block(block(kA, kClsCall));
+  w.on_block(block(kB, kClsOther, 4, true));
+  w.on_interrupt({kB, false, kFnPlain});        // the INT3 at the site
+  w.on_block(block(kC, kClsFarReturn));         // its handler, ending in the IRET
+  EXPECT_EQ(stack(w), "M0>A>B>C");
+  w.on_block(block(kD, kClsReturn));            // the emulated call's target
+  EXPECT_EQ(stack(w), "M0>A>B>D");
+  EXPECT_EQ((s_.edges[(uint64_t{kB} << 32) | kD]), 1u);
+  EXPECT_EQ(s_.fn_calls[kD], 1u);
+  w.on_block(block(kB, kClsReturn, 4, false));  // D returns to the site's next instruction
+  EXPECT_EQ(stack(w), "M0>A>B");
+  w.on_block(block(kA, kClsOther, 4, false));
+  EXPECT_EQ(stack(w), "M0>A");
+  EXPECT_EQ(w.underflows(), 0u);
+  // An IRET back into the middle of what it interrupted is a plain return,
+  // and a near return into a function's entry is no call.
+  PieceWalk v = walk(0);
+  v.on_block(block(kA, kClsCall));
+  v.on_block(block(kB, kClsOther, 4, true));
+  v.on_interrupt({kB, false, kFnPlain});
+  v.on_block(block(kC, kClsFarReturn));
+  v.on_block(block(kB, kClsCall, 4, false));
+  EXPECT_EQ(stack(v), "M0>A>B");
+  v.on_block(block(kC, kClsReturn));
+  v.on_block(block(kD, kClsOther, 4, true));
+  EXPECT_EQ(stack(v), "M0>A>D");  // the return replaced B (a tail call's return)
+  EXPECT_EQ(s_.fn_calls[kD], 1u);  // only the first walk's
+}
+
+// No return address is an event entry: a handler's first block right after
+// a return (the trace had no event for it: the interrupt struck where the
+// return went, before its first instruction) stands on the frame the return
+// went to, and is no call. Its IRET comes back there.
+TEST_F(PieceWalkTest, AReturnIntoAnEventEntryIsAnInterruptWhereItWent) {
+  for (uint8_t ret : {kClsReturn, kClsFarReturn}) {
+    PieceWalk w = walk(0);
+    w.on_block(block(kA, kClsCall));
+    w.on_block(block(kB, kClsCall));
+    w.on_block(block(kC, ret));
+    w.on_block(block(kEntry, kClsFarReturn));
+    EXPECT_EQ(stack(w), "M0>A>B>E") << int(ret);
+    EXPECT_EQ(s_.fn_calls[kEntry], 0u);
+    w.on_block(block(kB, kClsReturn, 4, false));
+    EXPECT_EQ(stack(w), "M0>A>B");
+    w.on_block(block(kA, kClsOther, 4, false));
+    EXPECT_EQ(stack(w), "M0>A");
+  }
 }
 
 }  // namespace

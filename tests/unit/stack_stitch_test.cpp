@@ -74,5 +74,40 @@ TEST(MatchTaskSwitches, NoLogOrNoSwitchesMatchesNothing) {
   EXPECT_TRUE(match_task_switches(d.spans, d.log).record.empty());
 }
 
+// land_piece_start: the next piece's first block is a handler at its entry
+// with nothing of its own that pushed it. Its marker's first function
+// replaces the prefix's top, so the top is doubled for it: the handler
+// stands on the function it struck (A>B>E once stitched), not in its place.
+TEST(LandPieceStart, AnEventEntryThatBeginsAPieceStandsOnTheFunctionItStruck) {
+  constexpr uint32_t kA = 1, kB = 2, kC = 3, kE = 4, kBase = 9;
+  using P = PieceWalk::Pending;
+  Profile out;
+  // The previous piece ended on the IRET of a handler C that had struck B.
+  std::vector<uint32_t> prefix{kA, kB, kC};
+  land_piece_start(prefix, static_cast<uint8_t>(P::Return), kE, true, true, kBase, out);
+  EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kB, kB}));
+  // ... or on straight-line code in B.
+  prefix = {kA, kB};
+  land_piece_start(prefix, static_cast<uint8_t>(P::None), kE, true, true, kBase, out);
+  EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kB, kB}));
+  // A plain function after a return replaces the top as before.
+  prefix = {kA, kB, kC};
+  land_piece_start(prefix, static_cast<uint8_t>(P::Return), kC, true, false, kBase, out);
+  EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kB}));
+  // After an interrupt the handler is already pushed; after a jump it
+  // replaces the jumper (irq_entries_start's stub jumps to its handler).
+  prefix = {kA, kB};
+  land_piece_start(prefix, static_cast<uint8_t>(P::Push), kE, true, true, kBase, out);
+  EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kB, kE}));
+  prefix = {kA, kB};
+  land_piece_start(prefix, static_cast<uint8_t>(P::Jump), kE, true, true, kBase, out);
+  EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kB}));
+  // Nothing known to stand on: nothing doubled.
+  prefix = {kBase};
+  land_piece_start(prefix, static_cast<uint8_t>(P::None), kE, true, true, kBase, out);
+  EXPECT_EQ(prefix, (std::vector<uint32_t>{kBase}));
+  EXPECT_EQ(out.functions[kE].calls, 1u);  // the jump into its entry counts as a tail call
+}
+
 }  // namespace
 }  // namespace kt

@@ -136,7 +136,7 @@ say "5. checks"
 # plugin's truth from the guest's stack pointer (the first trace's files),
 # in the background while the other checks run; its verdict comes at the end.
 "$SRC/tests/tools/check-stacks.py" "$BUNDLE" "$WORK/folded.txt" "$WORK/report.json" "$WORK"/pt/cpu*.truth-1 \
-  --json "$WORK/stacks-check.json" --min-function-recall 0.995 --max-deepest-excess 0 --min-exact 0.70 \
+  --json "$WORK/stacks-check.json" --min-function-recall 0.995 --max-deepest-excess 0 --min-exact-known 0.75 \
   >"$WORK/stacks-check.log" 2>&1 &
 STACKS=$!
 # The bundle's BPF text against the guest kernel's own JIT bytes

@@ -41,7 +41,8 @@ uint8_t classify_x86(const uint8_t* p, size_t n) {
   // both must end in the same class. Software interrupts are far calls.
   if (op == 0xE8 || op == 0x9A) return kClsCall;
   if (op == 0xCC || op == 0xCD || op == 0xCE || op == 0xF1) return kClsCall;  // INT3, INT n, INTO, INT1
-  if (op == 0xC3 || op == 0xC2 || op == 0xCB || op == 0xCA || op == 0xCF) return kClsReturn;
+  if (op == 0xC3 || op == 0xC2) return kClsReturn;
+  if (op == 0xCB || op == 0xCA || op == 0xCF) return kClsFarReturn;  // RETF, IRET
   if (op == 0xE9 || op == 0xEB || op == 0xEA) return kClsJump;
   if ((op >= 0x70 && op <= 0x7F) || (op >= 0xE0 && op <= 0xE3)) return kClsCond;
   if (op == 0xFF && i + 1 < n) {
@@ -51,7 +52,7 @@ uint8_t classify_x86(const uint8_t* p, size_t n) {
   }
   if (op == 0x0F && i + 1 < n) {
     uint8_t op2 = p[i + 1];
-    if (op2 == 0x07 || op2 == 0x35) return kClsReturn;  // SYSRET, SYSEXIT
+    if (op2 == 0x07 || op2 == 0x35) return kClsFarReturn;  // SYSRET, SYSEXIT
     if (op2 == 0x05 || op2 == 0x34) return kClsCall;    // SYSCALL, SYSENTER
     if (op2 >= 0x80 && op2 <= 0x8F) return kClsCond;
   }
@@ -198,8 +199,8 @@ PieceDecoder::CacheEntry& PieceDecoder::lookup(uint64_t ip, uint64_t end_ip, int
   switch (iclass) {
     case ptic_call:
     case ptic_far_call: e.cls = kClsCall; break;
-    case ptic_return:
-    case ptic_far_return: e.cls = kClsReturn; break;
+    case ptic_return: e.cls = kClsReturn; break;
+    case ptic_far_return: e.cls = kClsFarReturn; break;
     case ptic_jump:
     case ptic_far_jump: e.cls = kClsJump; break;
     case ptic_cond_jump: e.cls = kClsCond; break;
@@ -405,6 +406,7 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
   s.final_pending = static_cast<uint8_t>(walk.pending());
   s.first_fn = walk.first_fn();
   s.first_at_entry = walk.first_at_entry();
+  s.first_event_entry = walk.first_event_entry();
   pt_blk_free_decoder(dec);
   return ok_status();
 }
@@ -514,6 +516,7 @@ void PieceDecoder::commit(const Piece& piece, PieceScratch& s) {
   ps.final_pending = s.final_pending;
   ps.first_fn = s.first_fn;
   ps.first_at_entry = s.first_at_entry;
+  ps.first_event_entry = s.first_event_entry;
   ps.nodes.reserve(s.node_touched.size());
   for (uint32_t n : s.node_touched) ps.nodes.emplace_back(n, s.node_insns[n]);
   pieces_.push_back(std::move(ps));

@@ -24,6 +24,7 @@ struct PieceStacks {
   uint8_t final_pending = 0;       // PieceWalk::Pending at the piece's end
   uint32_t first_fn = UINT32_MAX;  // PieceWalk::first_fn
   bool first_at_entry = false;
+  bool first_event_entry = false;  // PieceWalk::first_event_entry
   uint64_t time = 0;                 // Piece::time
   std::vector<uint32_t> switch_out;  // PieceScratch::switch_out
   std::vector<SwitchSpan> windows;   // the piece's time, cut at its timing packets, with the switches in each

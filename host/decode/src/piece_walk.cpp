@@ -28,6 +28,7 @@ FunctionKind function_kind_of(const std::string& name) {
                             "__x86_indirect_its_thunk_"})
     if (name.rfind(thunk, 0) == 0) return kFnThunk;
   if (name == "__switch_to_asm" || name == "__switch_to") return kFnTaskSwitch;
+  if (is_event_entry(name)) return kFnEventEntry;
   return kFnPlain;
 }
 
@@ -48,6 +49,7 @@ void PieceWalk::reset_stack(bool base_known) {
   reset_ = true;
   base_known_ = base_known;
   pending_ = Pending::None;
+  far_return_ = false;
   thunk_node_ = 0;
   switch_depth_ = 0;
 }
@@ -114,6 +116,7 @@ void PieceWalk::move(const Place& b) {
     landed_ = true;
     first_fn_ = f;
     first_at_entry_ = b.at_entry;
+    first_event_entry_ = b.kind == kFnEventEntry;
   }
   // A call into its own function but not to its entry is no call: return
   // stack buffer stuffing (FILL_RETURN_BUFFER in __switch_to_asm and the
@@ -179,6 +182,21 @@ void PieceWalk::move(const Place& b) {
       cur_ = root_for(f);
     } else if (tree_.node(p).fn == f) {
       cur_ = p;
+    } else if (b.at_entry && (b.kind == kFnEventEntry || (far_return_ && b.kind == kFnPlain))) {
+      // A return into an event entry, or an IRET into another function's
+      // entry, lands on top of the frame it returned to, not in its place:
+      //   - no return address is an event entry: an interrupt struck where
+      //     the return went, before its first instruction ran (the trace
+      //     then has the handler right after the return, with no event);
+      //   - an IRET into a plain function's entry is a call the interrupted
+      //     function made by proxy: text_poke_bp's INT3 handler emulates the
+      //     CALL at a site being rewritten (int3_emulate_call pushes the
+      //     return address and IRETs to the target; ftrace patches thousands
+      //     of `call __fentry__` sites at a time).
+      // Taken as a plain return either would replace that frame, and its
+      // own return the one below: a frame lost each time.
+      if (b.kind == kFnPlain) count_call(function_of(p), f);
+      cur_ = tree_.child(p, f);
     } else {
       // A return past its caller's frame into the one below (a BPF
       // trampoline that called the traced function's body returns to that
@@ -199,6 +217,7 @@ void PieceWalk::move(const Place& b) {
     }
   }
   pending_ = Pending::None;
+  far_return_ = false;
 }
 
 void PieceWalk::on_block(const Block& b) {
@@ -209,8 +228,9 @@ void PieceWalk::on_block(const Block& b) {
   any_block_ = true;
   count(b.fn, b.ninsn);
   leader_ = b.cls != kClsOther;
-  pending_ = b.cls == kClsCall     ? Pending::Call
-             : b.cls == kClsReturn ? Pending::Return
+  far_return_ = b.cls == kClsFarReturn;
+  pending_ = b.cls == kClsCall                                ? Pending::Call
+             : b.cls == kClsReturn || b.cls == kClsFarReturn ? Pending::Return
              : b.cls == kClsJump   ? Pending::Jump
                                    : Pending::None;
 }

@@ -40,10 +40,13 @@
 
 namespace kt {
 
-enum InsnClass : uint8_t { kClsOther = 0, kClsCall, kClsReturn, kClsJump, kClsCond };
+// kClsFarReturn: IRET, RETF, SYSRET, SYSEXIT. A return like kClsReturn,
+// but one that can land where no call was made (see PieceWalk::move).
+enum InsnClass : uint8_t { kClsOther = 0, kClsCall, kClsReturn, kClsJump, kClsCond, kClsFarReturn };
 
 // How a function moves the call stack (see above).
-enum FunctionKind : uint8_t { kFnPlain = 0, kFnThunk, kFnTaskSwitch };
+// kFnEventEntry: an entry the CPU jumps to on an event (is_event_entry).
+enum FunctionKind : uint8_t { kFnPlain = 0, kFnThunk, kFnTaskSwitch, kFnEventEntry };
 // The kind of a function by its name.
 FunctionKind function_kind_of(const std::string& name);
 // Whether a function is an entry the CPU jumps to on an event (an interrupt,
@@ -93,6 +96,7 @@ struct PieceScratch {
   uint8_t final_pending = 0; // PieceWalk::Pending: what its last instruction began
   uint32_t first_fn = UINT32_MAX;  // where the piece's stack first landed on the one it began with
   bool first_at_entry = false;     // ... at that function's entry
+  bool first_event_entry = false;  // ... which is an event entry (kFnEventEntry)
   // Each task switch the piece saw, in order: the stack node of the task
   // that left (its frames below the switch's own).
   std::vector<uint32_t> switch_out;
@@ -187,6 +191,7 @@ class PieceWalk {
   // last call or return lands there.
   uint32_t first_fn() const { return first_fn_; }
   bool first_at_entry() const { return first_at_entry_; }
+  bool first_event_entry() const { return first_event_entry_; }
 
  private:
   uint32_t root_for(uint32_t fn);
@@ -205,6 +210,7 @@ class PieceWalk {
   uint32_t base_unknown_;
   uint32_t cur_ = 0;  // 0: no block yet, or the stack was reset
   Pending pending_ = Pending::None;
+  bool far_return_ = false;  // pending_ is Return, by an IRET (kClsFarReturn)
   // Until the trace is enabled in this piece, its stack continues the
   // previous piece's: roots hang under a marker counting the frames popped.
   uint32_t underflows_ = 0;
@@ -212,6 +218,7 @@ class PieceWalk {
   bool base_known_ = true;  // ... empty (true) or on [base unknown]
   uint32_t first_fn_ = UINT32_MAX;
   bool first_at_entry_ = false;
+  bool first_event_entry_ = false;
   bool landed_ = false;  // first_fn_ is known
   uint32_t thunk_node_ = 0;  // the frame a thunk runs in (0: none) ...
   bool thunk_called_ = false;  // ... opened by a call (not a jump)

@@ -28,32 +28,6 @@ std::vector<uint32_t> stitch(const std::vector<uint32_t>& prefix, const std::vec
   return out;
 }
 
-// The previous piece of a CPU ended on a call, return or interrupt whose
-// destination is where this piece first ran (`fn`): apply it to `prefix`,
-// as the walk would have, and count the call.
-void land(std::vector<uint32_t>& prefix, uint8_t pending, uint32_t fn, bool at_entry, uint32_t base_unknown,
-          Profile& out) {
-  auto count_call = [&] {
-    const uint32_t caller = prefix.empty() || prefix.back() == base_unknown ? Symbolizer::kUnknown : prefix.back();
-    out.functions[fn].calls++;
-    out.edges[{caller, fn}]++;
-  };
-  switch (static_cast<PieceWalk::Pending>(pending)) {
-    case PieceWalk::Pending::Return:
-      if (prefix.size() > 1) prefix.pop_back();
-      else prefix.assign(1, base_unknown);  // returned below everything known
-      break;
-    case PieceWalk::Pending::Call:
-      count_call();
-      prefix.push_back(fn);
-      break;
-    case PieceWalk::Pending::Push: prefix.push_back(fn); break;
-    case PieceWalk::Pending::Jump:  // a tail call when it enters another function at its entry
-      if (at_entry && !prefix.empty() && prefix.back() != fn) count_call();
-      break;
-    case PieceWalk::Pending::None: break;
-  }
-}
 
 uint64_t minus(uint64_t t, int64_t off) {
   if (off >= 0) return t >= static_cast<uint64_t>(off) ? t - static_cast<uint64_t>(off) : 0;
@@ -74,6 +48,37 @@ std::pair<size_t, size_t> records_in(const std::vector<uint64_t>& times, const S
 bool usable(const SwitchSpan& s) { return s.complete && s.time != 0 && (s.end_time == 0 || s.end_time > s.time); }
 
 }  // namespace
+
+void land_piece_start(std::vector<uint32_t>& prefix, uint8_t pending, uint32_t fn, bool at_entry, bool event_entry,
+                      uint32_t base_unknown, Profile& out) {
+  auto count_call = [&] {
+    const uint32_t caller = prefix.empty() || prefix.back() == base_unknown ? Symbolizer::kUnknown : prefix.back();
+    out.functions[fn].calls++;
+    out.edges[{caller, fn}]++;
+  };
+  switch (static_cast<PieceWalk::Pending>(pending)) {
+    case PieceWalk::Pending::Return:
+      if (prefix.size() > 1) prefix.pop_back();
+      else prefix.assign(1, base_unknown);  // returned below everything known
+      break;
+    case PieceWalk::Pending::Call:
+      count_call();
+      prefix.push_back(fn);
+      break;
+    case PieceWalk::Pending::Push: prefix.push_back(fn); break;
+    case PieceWalk::Pending::Jump:  // a tail call when it enters another function at its entry
+      if (at_entry && !prefix.empty() && prefix.back() != fn) count_call();
+      break;
+    case PieceWalk::Pending::None: break;
+  }
+  // (After a call or an interrupt the entry is already pushed; after a jump
+  // it replaces the jumper: irq_entries_start's stubs jump to
+  // asm_common_interrupt.)
+  const auto p = static_cast<PieceWalk::Pending>(pending);
+  if (event_entry && at_entry && (p == PieceWalk::Pending::Return || p == PieceWalk::Pending::None) &&
+      !prefix.empty() && prefix.back() != base_unknown)
+    prefix.push_back(prefix.back());
+}
 
 SwitchMatch match_task_switches(const std::vector<SwitchSpan>& spans, const Log& log) {
   SwitchMatch m;
@@ -321,8 +326,8 @@ void Stitcher::take(Cpu& c, const Action& a) {
   switch (a.kind) {
     case Action::Begin: {
       const PieceStacks& p = pieces_[a.piece];
-      if (c.pending != 0 && p.first_fn != UINT32_MAX)
-        land(c.prefix, c.pending, p.first_fn, p.first_at_entry, base_unknown_, out_);
+      if ((c.pending != 0 || p.first_event_entry) && p.first_fn != UINT32_MAX)
+        land_piece_start(c.prefix, c.pending, p.first_fn, p.first_at_entry, p.first_event_entry, base_unknown_, out_);
       c.segments.assign(1, c.prefix);
       c.segment_ids.assign(1, UINT32_MAX);
       return;

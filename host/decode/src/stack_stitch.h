@@ -48,6 +48,20 @@ struct SwitchMatch {
 SwitchMatch match_task_switches(const std::vector<SwitchSpan>& spans,
                                 const std::vector<std::pair<uint64_t, uint32_t>>& log);
 
+// The previous piece of a CPU ended on a call, return or interrupt
+// (`pending`, PieceWalk::Pending) whose destination is where the next piece
+// first ran (`fn`): applies it to `prefix`, as the walk would have, and
+// counts the call in `out`. The next piece's first function replaces the
+// top of its prefix (its marker), so when that function is an event entry
+// at its entry that nothing of the piece pushed (`event_entry`, after a
+// return or straight-line code: the PSB fell between the interrupt and its
+// handler, or an interrupt struck right after the previous piece's IRET),
+// the top is doubled for it to replace: the handler stands on the
+// interrupted function instead of taking its place (and its IRET then
+// popping the frame below).
+void land_piece_start(std::vector<uint32_t>& prefix, uint8_t pending, uint32_t fn, bool at_entry, bool event_entry,
+                      uint32_t base_unknown, Profile& out);
+
 // Puts every piece's stack counts into out.stacks, and out.task_switches.
 void stitch_stacks(std::vector<PieceStacks>& pieces, const std::vector<std::unique_ptr<PieceDecoder>>& decoders,
                    uint32_t base_unknown, const TaskSwitchLog* log, Profile& out);
