@@ -273,9 +273,10 @@ rc=$?
 set -e
 # The plugin writes its files at exit: shut the domain down (QEMU exits on
 # SIGTERM, running the plugin's exit), then compare its byte counts with the
-# traces' (the first trace's and every attempt of the second's).
+# traces' (the first trace's, the --max-pt one's and every attempt of the
+# second's: a trace ended by its bound loses nothing at its end either).
 "$LV" stop "$NAME" >/dev/null
-python3 - "$WORK/pt" "$BUNDLE/summary.json" "$WORK"/second-*/summary.json <<'EOF' || rc=1
+python3 - "$WORK/pt" "$BUNDLE/summary.json" "$WORK/maxpt/summary.json" "$WORK"/second-*/summary.json <<'EOF' || rc=1
 import glob, json, os, sys
 plugin = 0
 stats = sorted(glob.glob(os.path.join(sys.argv[1], "cpu*.stats")))
