@@ -12,9 +12,10 @@
 // translating that address while another vCPU stored the new first byte can
 // keep a translation made from the INT3 (most likely: the store landed
 // after the bytes were read and before the page was write-protected for
-// code; inferred, not traced inside QEMU), and nothing invalidates it until the page is written again. The retry then traps on
-// the stale INT3 for ever: the guest hangs, its vCPU spinning in
-// exc_int3 -> iret, and the trace grows by gigabytes. The plugin's own work
+// code; inferred, not traced inside QEMU), and nothing invalidates it until
+// the page is written again. The retry then traps on the stale INT3 for
+// ever: the guest hangs, its vCPU spinning in exc_int3 -> iret, and the
+// trace grows by gigabytes. The plugin's own work
 // at translation time widens the window; it was seen once in a main job
 // (the static key of sched_schedstats in __schedule).
 //

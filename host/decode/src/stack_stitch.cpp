@@ -28,7 +28,6 @@ std::vector<uint32_t> stitch(const std::vector<uint32_t>& prefix, const std::vec
   return out;
 }
 
-
 uint64_t minus(uint64_t t, int64_t off) {
   if (off >= 0) return t >= static_cast<uint64_t>(off) ? t - static_cast<uint64_t>(off) : 0;
   const uint64_t add = static_cast<uint64_t>(-(off + 1)) + 1;

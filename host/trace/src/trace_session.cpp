@@ -65,14 +65,14 @@ Result<TraceOptions> parse_trace_options(const TraceOptionWords& w) {
   if (w.guard_rt) {
     KT_ASSIGN_OR_RETURN(o.guard_rt, parse_priority("--guard-rt", *w.guard_rt, 99));
   }
-  // The holder's priority stays below the answering threads' (by default one
-  // below; none when they run under normal scheduling).
   if (w.max_pt) {
     KT_ASSIGN_OR_RETURN(o.max_pt_bytes, parse_byte_size(*w.max_pt, "--max-pt"));
   }
   if (w.min_free) {
     KT_ASSIGN_OR_RETURN(o.min_free_bytes, parse_byte_size(*w.min_free, "--min-free"));
   }
+  // The holder's priority stays below the answering threads' (by default one
+  // below; none when they run under normal scheduling).
   o.holder_boost = o.guard_rt > 1 ? o.guard_rt - 1 : 0;
   if (w.holder_boost) {
     KT_ASSIGN_OR_RETURN(o.holder_boost, parse_priority("--holder-boost", *w.holder_boost, 98));

@@ -38,5 +38,4 @@ struct AgentConfig {
   double retry_max_seconds = 60;   // the longest back-off between tries
 };
 
-
 }  // namespace kt
