@@ -480,7 +480,7 @@ void write_stats(unsigned index, const Vcpu& v) {
                "pt_bytes=%lld\nkernel_blocks=%llu\nrep_repeats=%llu\nkernel_insns=%llu\ngt_entries=%llu\nevents=%llu\n"
                "resolved_async=%llu\nresolved_fault=%llu\nunseen_user=%llu\noverflows=%llu\npsbs=%llu\nidle_tscs=%llu\nenables=%llu\n"
                "disables=%llu\nencode_errors=%llu\nwrite_failed=%d\ngt_faults_removed=%llu\ngt_int3_left_out=%llu\n"
-               "stale_int3_stuck=%llu\ncode_flushes=%llu\n",
+               "stale_int3_stuck=%llu\ncode_flushes=%llu\nentries_learned=%llu\nentries_refused=%llu\n",
                pt_bytes, static_cast<unsigned long long>(s.kernel_blocks), static_cast<unsigned long long>(s.rep_repeats),
                static_cast<unsigned long long>(s.kernel_insns), static_cast<unsigned long long>(v.gt_entries),
                static_cast<unsigned long long>(s.events), static_cast<unsigned long long>(s.resolved_async),
@@ -491,8 +491,10 @@ void write_stats(unsigned index, const Vcpu& v) {
                static_cast<unsigned long long>(s.disables), static_cast<unsigned long long>(s.encode_errors),
                v.write_failed ? 1 : 0, static_cast<unsigned long long>(v.gt_faults),
                static_cast<unsigned long long>(v.gt_int3), static_cast<unsigned long long>(v.stale_int3_stuck),
-               static_cast<unsigned long long>(v.code_flushes));
+               static_cast<unsigned long long>(v.code_flushes), static_cast<unsigned long long>(s.entries_learned),
+               static_cast<unsigned long long>(s.entries_refused));
   std::fclose(f);
+
 }
 
 void at_exit(qemu_plugin_id_t, void*) {

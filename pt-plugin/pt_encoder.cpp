@@ -189,12 +189,16 @@ void VcpuEncoder::emit_psb(bool with_fup, uint64_t ip) {
 }
 
 void VcpuEncoder::learn_entry(uint64_t address) {
-  if (entry_count_ >= kMaxEntries) return;
   for (size_t slot = entry_slot(address);; slot = (slot + 1) & (kEntrySlots - 1)) {
     if (entries_[slot] == address) return;
     if (entries_[slot] == 0) {
+      if (entry_count_ >= kMaxEntries) {
+        ++stats_.entries_refused;
+        return;
+      }
       entries_[slot] = address;
       ++entry_count_;
+      ++stats_.entries_learned;
       return;
     }
   }

@@ -98,6 +98,8 @@ struct EncoderStats {
   uint64_t enables = 0;               // TIP.PGE
   uint64_t disables = 0;              // TIP.PGD
   uint64_t encode_errors = 0;         // packets libipt's encoder rejected (none expected)
+  uint64_t entries_learned = 0;       // distinct event entry points learnt
+  uint64_t entries_refused = 0;       // entry points not learnt: the set was full
 };
 
 using ClockFn = uint64_t (*)(void* context);

@@ -26,6 +26,8 @@ void TruthStacks::reset() {
   from_user_ = false;
   prev_called_ = false;
   resume_ = 0;
+  moved_return_ = kNone;
+  unseen_call_returns_ = 0;
 }
 
 uint32_t TruthStacks::top() const {
@@ -81,8 +83,10 @@ void TruthStacks::on_kernel_block(const Block& b, uint32_t block_id) {
     current_ = 0;
     handlers_.insert(b.start);
     from_user_ = false;
+    moved_return_ = kNone;
   } else if (prev_) {
     const Block& p = *prev_;
+    if (moved_return_ != kNone) resolve_moved_return(p, b.start);
     // How the last block's branch went (none for an IRET or straight code).
     const bool branch = p.end == EndKind::DirectCall || p.end == EndKind::Indirect || p.end == EndKind::DirectJmp ||
                         p.end == EndKind::Return;
@@ -112,6 +116,22 @@ void TruthStacks::on_kernel_block(const Block& b, uint32_t block_id) {
   if (!rep_repeat) counts_[(uint64_t{top()} << 32) | block_id]++;
   prev_ = &b;
   prev_called_ = false;
+}
+
+// The return on_return left open went to `target`: to the top frame's
+// return address, it was that frame's (error_entry); elsewhere, an unseen
+// call's, and the top frame stays. An interrupt before the target ran hides
+// it: taken as the top frame's, as a return from below it mostly is.
+void TruthStacks::resolve_moved_return(const Block& p, uint64_t target) {
+  auto it = regions_.find(moved_return_);
+  moved_return_ = kNone;
+  if (it == regions_.end() || it->second.frames.empty() || it->second.frames.back().slot == 0) return;
+  auto& frames = it->second.frames;
+  if (!is_expected(p, target) || nodes_[frames.back().node].ret == target) {
+    frames.pop_back();
+  } else {
+    ++unseen_call_returns_;
+  }
 }
 
 TruthStacks::Region& TruthStacks::step_onto(uint64_t slot, bool by_call) {
@@ -170,8 +190,13 @@ void TruthStacks::on_return(uint64_t slot) {
     r.frames.pop_back();
     matched = true;
   } else if (!popped && !r.frames.empty() && r.frames.back().slot != 0) {
-    r.frames.pop_back();  // error_entry returns from below where it was called
-    matched = true;
+    // From below the top frame's slot: either error_entry, which moves its
+    // return address down and returns from there (to the top frame's return
+    // address), or the return of a call the truth did not see (an INT3
+    // handler that emulates a call pushes the return address itself). The
+    // next block tells which: resolve_moved_return.
+    moved_return_ = current_;
+    return;
   }
   if (!matched && r.frames.empty()) {
     r.base = kBaseUnknown;  // returned below everything seen on this stack
@@ -228,6 +253,7 @@ void TruthStacks::write(std::FILE* out, unsigned cpu, const std::vector<const Bl
   static const char* const kNames[] = {"call", "jump", "return"};
   for (const auto& [e, n] : edges_)
     std::fprintf(out, "e %" PRIx64 " %" PRIx64 " %s %" PRIu64 "\n", e.from, e.to, kNames[static_cast<int>(e.t)], n);
+  std::fprintf(out, "unseen_call_returns %" PRIu64 "\n", unseen_call_returns_);
   if (full_) std::fprintf(out, "incomplete %zu nodes\n", nodes_.size());
   std::fputs("end\n", out);
 }

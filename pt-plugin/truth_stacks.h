@@ -8,9 +8,11 @@
 //   a call at slot S pushes a frame (anything at or below S is dead: return
 //     stack buffer stuffing leaves such frames);
 //   a return from slot L pops every frame below L and the one at L; a
-//     return that matches none pops the top (error_entry moves its return
-//     address), and one that empties the region without a match leaves its
-//     base unknown;
+//     return from below the top frame pops it when it goes to that frame's
+//     return address (error_entry moves its return address down), and
+//     nothing when it goes elsewhere (a call not seen: an INT3 handler's
+//     emulated call); one that empties the region without a match leaves
+//     its base unknown;
 //   an interrupt (a block no branch of the previous one leads to, or the
 //     start of a known handler after an indirect branch) pushes an
 //     interrupt frame; the IRET that pops it tells where it struck.
@@ -100,6 +102,7 @@ class TruthStacks {
   Region& step_onto(uint64_t slot, bool by_call);
   uint32_t intern(uint32_t parent, uint64_t ret);
   bool is_expected(const Block& prev, uint64_t start) const;
+  void resolve_moved_return(const Block& prev, uint64_t target);
 
   std::vector<Node> nodes_;
   std::unordered_multimap<uint64_t, uint32_t> children_;  // hash of (parent, ret) -> call nodes
@@ -127,6 +130,11 @@ class TruthStacks {
     Transition t;
   };
   std::unordered_map<uint32_t, Struck> struck_after_;
+  // A return from below the top frame's slot, in this region, waits for its
+  // target (resolve_moved_return); kNone: none waits.
+  static constexpr uint64_t kNone = ~uint64_t{0};
+  uint64_t moved_return_ = kNone;
+  uint64_t unseen_call_returns_ = 0;       // returns of calls not seen (the top frame stayed)
   size_t max_nodes_;
   bool full_ = false;                      // max_nodes_ reached: nothing more is counted
 };

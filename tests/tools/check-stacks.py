@@ -114,6 +114,7 @@ def read_truth(paths, syms):
     functions = defaultdict(int)
     calls = defaultdict(int)
     unresolved = 0
+    unseen_returns = [0]  # returns of calls the truth did not see (INT3-emulated calls)
     for path in paths:
         nodes = {}
         blocks = {}
@@ -146,6 +147,8 @@ def read_truth(paths, syms):
                     elif THUNK.match(f_from) or kind == "jump":
                         if to == g_start and f_from != g:
                             calls[g] += n  # out of a thunk, or a tail call
+                elif p[0] == "unseen_call_returns" and len(p) == 2:
+                    unseen_returns[0] += int(p[1])
                 elif p[0] == "incomplete":
                     raise ValueError(f"{path}: the plugin's truth is incomplete ({' '.join(p[1:])}: its node limit)")
                 elif p[0] == "end":
@@ -200,7 +203,7 @@ def read_truth(paths, syms):
                     unresolved += n * k
                 stacks[base + (fn,)] += n * k
                 functions[fn] += n * k
-    return stacks, functions, calls, unresolved
+    return stacks, functions, calls, unresolved, unseen_returns[0]
 
 
 def read_folded(path):
@@ -230,7 +233,7 @@ def main(argv):
     bundle, folded, report_path, truths = args[0], args[1], args[2], args[3:]
     try:
         syms = Symbols(bundle + "/kallsyms", bundle + "/modules")
-        t_stacks, t_fn, t_calls, unresolved = read_truth(truths, syms)
+        t_stacks, t_fn, t_calls, unresolved, unseen_returns = read_truth(truths, syms)
         d_stacks = read_folded(folded)
         report = json.load(open(report_path))
     except (OSError, ValueError, KeyError) as e:
@@ -259,6 +262,7 @@ def main(argv):
         "kthost_base_unknown_share": sum(n for p, n in d_stacks.items() if p[0] == "[base_unknown]") / d_total
         if d_total else 0.0,
         "unresolved_interrupt_insns": unresolved,
+        "truth_unseen_call_returns": unseen_returns,
         "function_precision": both / sum(d_fn.values()) if d_fn else 0.0,
         "function_recall": both / sum(t_fn.values()) if t_fn else 0.0,
         "functions_off": len(off),
@@ -269,7 +273,8 @@ def main(argv):
     print(f"stacks: {out['exact_share']:.4%} of {t_total} true instructions on exactly the true stack "
           f"({out['exact_share_known_base']:.4%} where the truth knows the base); kthost {d_total} instructions")
     print(f"  base unknown: truth {out['truth_base_unknown_share']:.2%}, kthost {out['kthost_base_unknown_share']:.2%}; "
-          f"deepest stack: truth {out['deepest_truth']}, kthost {out['deepest_kthost']} frames")
+          f"deepest stack: truth {out['deepest_truth']}, kthost {out['deepest_kthost']} frames; "
+          f"truth saw {unseen_returns} returns of calls it did not see")
     print(f"functions: precision {out['function_precision']:.4%}, recall {out['function_recall']:.4%}; "
           f"{len(off)} of {sum(1 for n in t_fn.values() if n >= 10000)} functions with >= 10000 instructions off by > 0.01%")
     for r, f, n, d in off[:8]:

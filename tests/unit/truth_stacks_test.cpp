@@ -116,6 +116,33 @@ TEST(TruthStacks, AReturnBelowItsCallSlotPopsTheTopFrame) {
   EXPECT_EQ(stack_of(t), S{});
 }
 
+TEST(TruthStacks, AReturnBelowTheTopFrameThatGoesElsewhereIsAnUnseenCallsAndKeepsTheFrame) {
+  // An INT3 handler emulates a call at 0x2004 (text_poke_bp): it pushes
+  // 0x2009 itself, and the callee's return loads it from below F's slot.
+  TruthStacks t;
+  t.on_user();
+  Block a = kblock(0x1000, 2, EndKind::DirectCall, 0x2000);  // calls F
+  Block f = kblock(0x2000, 2, EndKind::SoftInt);              // F: INT3 at 0x2004
+  Block handler = kblock(0x9000, 3, EndKind::Iret);
+  Block callee = kblock(0x3000, 3, EndKind::Return);
+  Block f_rest = kblock(0x2009, 2, EndKind::Return);
+  Block a_rest = kblock(0x1004, 2, EndKind::Fallthrough);
+  t.on_kernel_block(a, 1);
+  t.on_call(kTaskA + 0xf00, a.next);
+  t.on_kernel_block(f, 2);
+  t.on_kernel_block(handler, 3);  // the INT3
+  t.on_iret(kTaskA + 0xd00);
+  t.on_kernel_block(callee, 4);   // where the handler sent it
+  EXPECT_EQ(stack_of(t), (S{"1004"})) << "the emulated call itself is not seen";
+  t.on_return(kTaskA + 0xe00);
+  t.on_kernel_block(f_rest, 5);
+  EXPECT_EQ(stack_of(t), (S{"1004"})) << "F's frame stays";
+  t.on_return(kTaskA + 0xf00);
+  t.on_kernel_block(a_rest, 6);
+  EXPECT_EQ(stack_of(t), S{});
+  EXPECT_EQ(t.count(TruthStacks::kEmpty, 6), 1u);
+}
+
 TEST(TruthStacks, ACallAtOrAboveDeadFramesDropsThem) {
   // FILL_RETURN_BUFFER: calls that never return, then the stack pointer moves back up.
   TruthStacks t;
