@@ -8,12 +8,15 @@ namespace kt {
 
 uint32_t CallTree::child(uint32_t parent, uint32_t fn) {
   if (nodes_[parent].depth >= 256) parent = nodes_[parent].parent;  // bounded stacks: replace the top
-  uint64_t key = (uint64_t{parent} << 32) | fn;
+  const uint64_t key = (uint64_t{parent} << 32) | fn;
+  Recent& recent = recent_[((key * 0x9E3779B97F4A7C15ull) >> 40) & (kRecentSlots - 1)];
+  if (recent.key == key) return recent.node;
   auto [it, fresh] = children_.try_emplace(key, static_cast<uint32_t>(nodes_.size()));
   if (fresh) {
     uint32_t marker = parent == 0 ? ((fn & kStackMarker) && fn != UINT32_MAX ? fn : 0) : nodes_[parent].marker;
     nodes_.push_back({parent, fn, nodes_[parent].depth + 1, marker});
   }
+  recent = {key, it->second};
   return it->second;
 }
 

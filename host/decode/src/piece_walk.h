@@ -136,6 +136,14 @@ class CallTree {
  private:
   std::vector<Node> nodes_;
   std::unordered_map<uint64_t, uint32_t> children_;
+  // The children looked up last, direct-mapped in front of children_: a
+  // decode asks for the same few thousand edges hundreds of millions of times.
+  struct Recent {
+    uint64_t key = UINT64_MAX;  // (parent << 32) | fn; no node has parent UINT32_MAX
+    uint32_t node = 0;
+  };
+  static constexpr size_t kRecentSlots = 4096;  // power of two
+  std::vector<Recent> recent_ = std::vector<Recent>(kRecentSlots);
 };
 
 class PieceWalk {
