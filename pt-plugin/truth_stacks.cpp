@@ -158,8 +158,16 @@ TruthStacks::Region& TruthStacks::step_onto(uint64_t slot, bool by_call) {
   const uint32_t here = top();
   auto [it, fresh] = regions_.try_emplace(key);
   Region& r = it->second;
-  if (by_call && r.frames.empty()) {
-    r.base = here;  // an IRQ stack (or a task not seen before) on top of this one
+  // A first call at the top of a stack's page stacks it on this one: the
+  // IRQ stack (call_on_irqstack calls 16 bytes below its top), or the task
+  // stack the entry code moves to from the entry stack (right below pt_regs).
+  // A first call deeper down is a task switch's (__switch_to_asm's return
+  // stack stuffing on the next task's stack). In one main job such calls
+  // came at page offsets ff0 (11.5 k), f50 (4.9 k) and mostly elsewhere
+  // below f00 (10 k); taken as stacked, the switched-to task's frames went
+  // on top of the previous task's.
+  if (by_call && r.frames.empty() && (slot & 0xfff) >= kStackTopSlots) {
+    r.base = here;
     r.below = current_;
   } else {
     r.below = 0;  // a task switch: that task's own frames

@@ -16,8 +16,8 @@
 //   an interrupt (a block no branch of the previous one leads to, or the
 //     start of a known handler after an indirect branch) pushes an
 //     interrupt frame; the IRET that pops it tells where it struck.
-// Regions chain: a call onto an empty region (the IRQ stack) stacks it on
-// the current one; stepping onto a region that holds frames and is not below
+// Regions chain: a call onto an empty region at its page's top (the IRQ
+// stack) stacks it on the current one; stepping onto a region that holds frames and is not below
 // the current one is a task switch: that task's own frames come back.
 // Entering the kernel from user space starts an empty stack.
 //
@@ -99,6 +99,7 @@ class TruthStacks {
     uint64_t below = 0;      // the region it stacks on (0: none)
   };
   static uint64_t region_of(uint64_t slot) { return slot >> 14; }
+  static constexpr uint64_t kStackTopSlots = 0xf40;  // page offsets of a stack's first slots (step_onto)
   Region& step_onto(uint64_t slot, bool by_call);
   uint32_t intern(uint32_t parent, uint64_t ret);
   bool is_expected(const Block& prev, uint64_t start) const;

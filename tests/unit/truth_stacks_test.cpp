@@ -247,6 +247,21 @@ TEST(TruthStacks, ATaskSwitchBringsTheNextTasksOwnFramesBack) {
   EXPECT_EQ(t.top(), TruthStacks::kEmpty);
 }
 
+TEST(TruthStacks, AFirstCallDeepInAnEmptyStackIsATaskSwitchNotAnIrqStack) {
+  // __switch_to_asm stuffs the return stack buffer with calls on the next
+  // task's stack before anything returns there.
+  TruthStacks t;
+  t.on_user();
+  Block x = kblock(0x1000, 2, EndKind::DirectCall, 0x2000);
+  Block stuff = kblock(0x3000, 2, EndKind::DirectCall, 0x3000);
+  t.on_kernel_block(x, 1);
+  t.on_call(kTaskA + 0x3f00, x.next);
+  t.on_kernel_block(stuff, 2);
+  t.on_call(kTaskB + 0x2e00, stuff.next);
+  t.on_kernel_block(stuff, 2);
+  EXPECT_EQ(stack_of(t), (S{"?", "3004"})) << "not on top of task A's 1004";
+}
+
 TEST(TruthStacks, AReturnBelowEverythingSeenLeavesTheBaseUnknown) {
   TruthStacks t;  // a trace that starts inside the kernel
   Block a = kblock(0x1000, 2, EndKind::Return);
