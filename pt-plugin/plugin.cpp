@@ -164,12 +164,17 @@ void flush(Vcpu& v) {
   }
 }
 
+// IRETs a vCPU found no frame for, offered to the others (a handler that
+// migrated): see ktpt::ResumeBoard.
+ktpt::ResumeBoard& g_resume_board = *new ktpt::ResumeBoard;  // never destroyed, as g_vcpus
+
 // Called on the vCPU's own thread, so no lock is needed.
 Vcpu* vcpu_state(unsigned index) {
   if (index >= g_vcpus.size()) return nullptr;
   Vcpu& v = g_vcpus[index];
   if (!v.encoder) {
     v.encoder = std::make_unique<ktpt::VcpuEncoder>(g_config.options, host_tsc, nullptr);
+    v.encoder->set_resume_board(&g_resume_board);
     v.pt_fd = open_output(index, KTHOST_PT_FILE_PACKETS);
     if (g_config.ground_truth) v.gt_fd = open_output(index, KTHOST_PT_FILE_GROUND_TRUTH);
     if (g_config.truth_stacks) v.truth = std::make_unique<ktpt::TruthStacks>();
@@ -480,7 +485,8 @@ void write_stats(unsigned index, const Vcpu& v) {
                "pt_bytes=%lld\nkernel_blocks=%llu\nrep_repeats=%llu\nkernel_insns=%llu\ngt_entries=%llu\nevents=%llu\n"
                "resolved_async=%llu\nresolved_fault=%llu\nunseen_user=%llu\noverflows=%llu\npsbs=%llu\nidle_tscs=%llu\nenables=%llu\n"
                "disables=%llu\nencode_errors=%llu\nwrite_failed=%d\ngt_faults_removed=%llu\ngt_int3_left_out=%llu\n"
-               "stale_int3_stuck=%llu\ncode_flushes=%llu\nentries_learned=%llu\nentries_refused=%llu\n",
+               "stale_int3_stuck=%llu\ncode_flushes=%llu\nentries_learned=%llu\nentries_refused=%llu\n"
+               "orphan_irets=%llu\nresolved_elsewhere=%llu\nresume_posts_dropped=%llu\n",
                pt_bytes, static_cast<unsigned long long>(s.kernel_blocks), static_cast<unsigned long long>(s.rep_repeats),
                static_cast<unsigned long long>(s.kernel_insns), static_cast<unsigned long long>(v.gt_entries),
                static_cast<unsigned long long>(s.events), static_cast<unsigned long long>(s.resolved_async),
@@ -492,7 +498,9 @@ void write_stats(unsigned index, const Vcpu& v) {
                v.write_failed ? 1 : 0, static_cast<unsigned long long>(v.gt_faults),
                static_cast<unsigned long long>(v.gt_int3), static_cast<unsigned long long>(v.stale_int3_stuck),
                static_cast<unsigned long long>(v.code_flushes), static_cast<unsigned long long>(s.entries_learned),
-               static_cast<unsigned long long>(s.entries_refused));
+               static_cast<unsigned long long>(s.entries_refused), static_cast<unsigned long long>(s.orphan_irets),
+               static_cast<unsigned long long>(s.resolved_elsewhere),
+               static_cast<unsigned long long>(g_resume_board.dropped()));
   std::fclose(f);
 
 }

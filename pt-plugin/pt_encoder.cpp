@@ -65,6 +65,17 @@ bool accepts_exactly(const Block& p, uint64_t resume) {
 
 }  // namespace
 
+void ResumeBoard::post(uint64_t resume, uint64_t time) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (posts_.size() >= kMaxPosts) {
+    posts_.pop_front();
+    dropped_.fetch_add(1, std::memory_order_relaxed);
+  }
+  posts_.push_back({resume, time});
+  count_.store(posts_.size(), std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+}
+
 bool is_kernel_address(uint64_t address) { return address >= 0xffff800000000000ull; }
 
 bool Block::contains_insn(uint64_t address) const {
@@ -302,9 +313,14 @@ void VcpuEncoder::return_to(uint64_t target) {
     open_frame(prev_, target, true);
     return;
   }
-  // No frame fits: an event the encoder did not see as one (after an indirect
-  // branch, into an entry not learnt yet).  The TIP alone decodes the same
-  // instructions.  Frames left open are given up at the side-buffer limit.
+  // No frame fits: a handler that slept and woke here, whose frame another
+  // vCPU holds (posted for it: take_resumes_from_board), or an event the
+  // encoder did not see as one (after an indirect branch, into an entry not
+  // learnt yet). The TIP alone decodes the same instructions here.
+  if (index < 0) {
+    ++stats_.orphan_irets;
+    if (board_) board_->post(target, clock_(clock_context_));
+  }
   while (index >= 0) {
     const bool chained = frames_[static_cast<size_t>(index)].chained;
     resolve_frame(static_cast<size_t>(index), target);
@@ -343,7 +359,25 @@ void VcpuEncoder::reenter_from_user(uint64_t entry) {
   ++stats_.unseen_user;
 }
 
+// A frame whose handler returned on another vCPU: the oldest post that one
+// of this vCPU's frames, opened before it, fits exactly resolves that frame
+// (innermost first, as handlers nest). Looked at when a post came since the
+// last look (a post older than a frame never fits it) and at stop.
+void VcpuEncoder::take_resumes_from_board() {
+  board_seen_ = board_->generation();
+  for (size_t k = frames_.size(); k-- > 0 && !board_->empty();) {
+    const Frame& frame = frames_[k];
+    uint64_t resume = 0;
+    if (!board_->take(frame.time, [&](uint64_t r) { return accepts_exactly(*frame.interrupted, r); }, &resume))
+      continue;
+    flush_tnt();
+    ++stats_.resolved_elsewhere;
+    resolve_frame(k, resume);
+  }
+}
+
 void VcpuEncoder::stop() {
+  if (board_ && !frames_.empty()) take_resumes_from_board();
   flush_tnt();
   while (!frames_.empty()) give_up_top();
   if (in_kernel_) emit_pgd();
@@ -367,6 +401,7 @@ void VcpuEncoder::on_block(const Block& b) {
   ++stats_.kernel_blocks;
   const bool rep_repeat = in_kernel_ && prev_->end == EndKind::Rep && b.start == prev_->last;
   if (!rep_repeat) stats_.kernel_insns += b.n_insns;
+  if (board_ && !frames_.empty() && board_->generation() != board_seen_) take_resumes_from_board();
   if (!frames_.empty() && (deferred_.size() > options_.deferred_limit || frames_.size() > options_.max_frames)) {
     flush_tnt();
     while (!frames_.empty()) give_up_top();

@@ -37,8 +37,11 @@
 #ifndef KTHOST_PT_ENCODER_H
 #define KTHOST_PT_ENCODER_H
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <mutex>
 #include <vector>
 
 struct pt_encoder;
@@ -98,11 +101,54 @@ struct EncoderStats {
   uint64_t enables = 0;               // TIP.PGE
   uint64_t disables = 0;              // TIP.PGD
   uint64_t encode_errors = 0;         // packets libipt's encoder rejected (none expected)
+  uint64_t orphan_irets = 0;          // IRETs that fitted no frame of this vCPU (posted to the ResumeBoard)
+  uint64_t resolved_elsewhere = 0;    // frames resolved by another vCPU's IRET (a handler that migrated)
   uint64_t entries_learned = 0;       // distinct event entry points learnt
   uint64_t entries_refused = 0;       // entry points not learnt: the set was full
 };
 
 using ClockFn = uint64_t (*)(void* context);
+
+// IRET targets that fitted no frame of the vCPU that ran the IRET, shared by
+// every vCPU's encoder. A handler that sleeps (a page fault waiting on a
+// lock or a page) may wake on another vCPU and return there: its frame,
+// open on the vCPU it struck, would otherwise wait for an IRET that never
+// comes there, and become an overflow when tracing stops. The vCPU whose
+// frame fits a posted target exactly (the interrupted block holds it, or
+// is its only successor) takes it and resolves the frame with it.
+class ResumeBoard {
+ public:
+  static constexpr size_t kMaxPosts = 256;  // the oldest is dropped past this (counted)
+  void post(uint64_t resume, uint64_t time);
+  // The oldest post at or after `since` for which `fits(resume)` holds is
+  // taken off the board; false if there is none.
+  template <typename Fits>
+  bool take(uint64_t since, Fits fits, uint64_t* resume) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = posts_.begin(); it != posts_.end(); ++it) {
+      if (it->time < since || !fits(it->resume)) continue;
+      *resume = it->resume;
+      posts_.erase(it);
+      count_.store(posts_.size(), std::memory_order_relaxed);
+      return true;
+    }
+    return false;
+  }
+  bool empty() const { return count_.load(std::memory_order_relaxed) == 0; }
+  // Bumped by each post: an encoder looks again only when it moved.
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Post {
+    uint64_t resume, time;
+  };
+  std::mutex mutex_;
+  std::deque<Post> posts_;
+  std::atomic<size_t> count_{0};
+  std::atomic<uint64_t> dropped_{0};
+  std::atomic<uint64_t> generation_{0};
+};
 
 class VcpuEncoder {
  public:
@@ -128,6 +174,9 @@ class VcpuEncoder {
     ++stats_.rep_repeats;
     prev_ = &block;
   }
+
+  // Share IRETs with the other vCPUs' encoders (see ResumeBoard); null: none.
+  void set_resume_board(ResumeBoard* board) { board_ = board; }
 
   // The vCPU goes idle (it halted and its thread sleeps). Its next kernel
   // block is followed by a TSC: an idle vCPU writes no packets, so without
@@ -170,6 +219,7 @@ class VcpuEncoder {
   void write_psb(std::vector<uint8_t>& to, uint64_t tsc, bool with_fup, uint64_t ip);
   void open_frame(const Block* interrupted, uint64_t handler, bool chained);
   long find_frame(uint64_t resume) const;
+  void take_resumes_from_board();
   void resolve_frame(size_t index, uint64_t resume);
   void give_up_top();
   void close_frame(size_t index, std::vector<uint8_t>&& prefix);
@@ -200,6 +250,8 @@ class VcpuEncoder {
   uint64_t tnt_bits_ = 0;
   uint32_t tnt_count_ = 0;
   std::vector<uint64_t> entries_;  // open-addressing set of learnt event entry points
+  ResumeBoard* board_ = nullptr;
+  uint64_t board_seen_ = 0;  // the board's generation when this encoder last looked
   size_t entry_count_ = 0;
   EncoderStats stats_;
 };

@@ -213,6 +213,52 @@ TEST(PtEncoder, SleepingHandlerIsResolvedOutOfOrder) {
   EXPECT_EQ(r.encoder.stats().overflows, 0u);
 }
 
+// A page fault on one vCPU whose handler sleeps and returns on another: the
+// IRET there fits no frame of its own vCPU, so it goes on the board, and the
+// vCPU that holds the frame resolves it with that target at its next block
+// (before: an overflow when tracing stopped).
+TEST(PtEncoder, AHandlerThatReturnsOnAnotherVcpuResolvesItsFrameThroughTheBoard) {
+  ktpt::ResumeBoard board;
+  Trace here, there;
+  here.encoder.set_resume_board(&board);
+  there.encoder.set_resume_board(&board);
+  here.from_user();
+  here.run(kblock(K + 0x100, 3, EndKind::Fallthrough));  // faults at its 2nd instruction, K+0x102
+  here.run(kblock(K + 0x900, 1, EndKind::Return));       // the handler sleeps: another task here
+  here.run(kblock(K + 0x500, 1, EndKind::Cond, K + 0x580));
+  there.from_user();
+  there.run(kblock(K + 0x300, 1, EndKind::Return));      // the handler wakes on the other vCPU
+  there.run(kblock(K + 0x600, 1, EndKind::Iret));
+  there.run(kblock(K + 0x102, 1, EndKind::ToUser));      // ... and returns to the faulting instruction
+  there.from_user();
+  EXPECT_EQ(there.encoder.stats().orphan_irets, 1u);
+  here.run(kblock(K + 0x580, 1, EndKind::ToUser));       // the next block here takes it
+  here.from_user();
+  EXPECT_EQ(here.encoder.stats().resolved_elsewhere, 1u);
+  EXPECT_EQ(here.finish(), with_header({"tip.pge ffffffff81000100", "fup ffffffff81000102", "tip ffffffff81000900",
+                                        "tip ffffffff81000500", "tnt 1", "tip.pgd"}));
+  EXPECT_EQ(here.encoder.stats().overflows, 0u);
+  EXPECT_EQ(there.finish(), with_header({"tip.pge ffffffff81000300", "tip ffffffff81000600",
+                                         "tip ffffffff81000102", "tip.pgd"}));
+}
+
+// Without a board (or with no post that fits) the frame is still given up.
+TEST(PtEncoder, APostThatFitsNoFrameResolvesNothing) {
+  ktpt::ResumeBoard board;
+  Trace here;
+  here.encoder.set_resume_board(&board);
+  board.post(K + 0x777, 0x1234);
+  here.from_user();
+  here.run(kblock(K + 0x100, 3, EndKind::Fallthrough));
+  here.run(kblock(K + 0x900, 1, EndKind::Return));
+  here.run(kblock(K + 0x500, 1, EndKind::ToUser));
+  here.from_user();
+  here.finish();
+  EXPECT_EQ(here.encoder.stats().resolved_elsewhere, 0u);
+  EXPECT_EQ(here.encoder.stats().overflows, 1u);
+  EXPECT_FALSE(board.empty());
+}
+
 TEST(PtEncoder, InterruptRightAfterIretIsChained) {
   Trace r;
   r.from_user();

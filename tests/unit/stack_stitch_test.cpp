@@ -74,39 +74,117 @@ TEST(MatchTaskSwitches, NoLogOrNoSwitchesMatchesNothing) {
   EXPECT_TRUE(match_task_switches(d.spans, d.log).record.empty());
 }
 
-// land_piece_start: the next piece's first block is a handler at its entry
-// with nothing of its own that pushed it. Its marker's first function
-// replaces the prefix's top, so the top is doubled for it: the handler
-// stands on the function it struck (A>B>E once stitched), not in its place.
+// land_piece_start, with the next piece's first block `fn` (at its entry or
+// not, an event entry or not, at `first_ip`) after a piece that ended with
+// `pending` (an IRET's when `far`, its last instruction at `last_ip`).
+void land(std::vector<uint32_t>& prefix, PieceWalk::Pending pending, uint32_t fn, bool at_entry, bool event_entry,
+          Profile& out, bool far = false, uint64_t last_ip = 0, uint64_t first_ip = 0) {
+  PieceStacks next;
+  next.first_fn = fn;
+  next.first_at_entry = at_entry;
+  next.first_event_entry = event_entry;
+  next.first_ip = first_ip;
+  land_piece_start(prefix, PieceEnd{static_cast<uint8_t>(pending), far, last_ip}, next, 9, out);
+}
+
+// The next piece's first block is a handler at its entry with nothing of its
+// own that pushed it. Its marker's first function replaces the prefix's top,
+// so the top is doubled for it: the handler stands on the function it struck
+// (A>B>E once stitched), not in its place.
 TEST(LandPieceStart, AnEventEntryThatBeginsAPieceStandsOnTheFunctionItStruck) {
   constexpr uint32_t kA = 1, kB = 2, kC = 3, kE = 4, kBase = 9;
   using P = PieceWalk::Pending;
   Profile out;
   // The previous piece ended on the IRET of a handler C that had struck B.
   std::vector<uint32_t> prefix{kA, kB, kC};
-  land_piece_start(prefix, static_cast<uint8_t>(P::Return), kE, true, true, kBase, out);
+  land(prefix, P::Return, kE, true, true, out);
   EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kB, kB}));
   // ... or on straight-line code in B.
   prefix = {kA, kB};
-  land_piece_start(prefix, static_cast<uint8_t>(P::None), kE, true, true, kBase, out);
+  land(prefix, P::None, kE, true, true, out);
   EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kB, kB}));
   // A plain function after a return replaces the top as before.
   prefix = {kA, kB, kC};
-  land_piece_start(prefix, static_cast<uint8_t>(P::Return), kC, true, false, kBase, out);
+  land(prefix, P::Return, kC, true, false, out);
   EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kB}));
   // After an interrupt the handler is already pushed; after a jump it
   // replaces the jumper (irq_entries_start's stub jumps to its handler).
   prefix = {kA, kB};
-  land_piece_start(prefix, static_cast<uint8_t>(P::Push), kE, true, true, kBase, out);
+  land(prefix, P::Push, kE, true, true, out);
   EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kB, kE}));
   prefix = {kA, kB};
-  land_piece_start(prefix, static_cast<uint8_t>(P::Jump), kE, true, true, kBase, out);
+  land(prefix, P::Jump, kE, true, true, out);
   EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kB}));
   // Nothing known to stand on: nothing doubled.
   prefix = {kBase};
-  land_piece_start(prefix, static_cast<uint8_t>(P::None), kE, true, true, kBase, out);
+  land(prefix, P::None, kE, true, true, out);
   EXPECT_EQ(prefix, (std::vector<uint32_t>{kBase}));
   EXPECT_EQ(out.functions[kE].calls, 1u);  // the jump into its entry counts as a tail call
+}
+
+// As PieceWalk::move: an IRET into another plain function's entry is a call
+// by proxy (text_poke_bp's INT3 handler emulating a CALL in F), and an IRET
+// to the instruction after it (sync_core()) returns from nothing. Before,
+// a piece that began there popped a frame: a main job lost do_syscall_64
+// under one finit_module, mod_verify_sig under another.
+TEST(LandPieceStart, AnIretIntoAnotherFunctionsEntryIsACallAndOneToTheNextInstructionPopsNothing) {
+  constexpr uint32_t kA = 1, kF = 2, kR = 3, kT = 4, kS = 5;
+  using P = PieceWalk::Pending;
+  Profile out;
+  std::vector<uint32_t> prefix{kA, kF, kR};  // the IRET ran in R, the entry code, on top of F
+  land(prefix, P::Return, kT, true, false, out, true);
+  EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kF, kF}));  // T replaces the top: A>F>T
+  EXPECT_EQ(out.functions[kT].calls, 1u);
+  EXPECT_EQ((out.edges[{kF, kT}]), 1u);
+  // The same IRET into F's own entry (an INT3 at F's first instruction,
+  // retried) returns to F.
+  prefix = {kA, kF, kR};
+  land(prefix, P::Return, kF, true, false, out, true);
+  EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kF}));
+  // A near return into a plain entry is still a plain return.
+  prefix = {kA, kF, kR};
+  land(prefix, P::Return, kT, true, false, out, false);
+  EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kF}));
+  // sync_core(): IRET at 0x1000 (2 bytes), the next piece begins at 0x1002 in S.
+  prefix = {kA, kF, kS};
+  land(prefix, P::Return, kS, false, false, out, true, 0x1000, 0x1002);
+  EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kF, kS}));
+  EXPECT_EQ(out.functions[kT].calls, 1u);
+}
+
+// A piece that ended in a retpoline thunk's frame (its inner call taken,
+// its `ret` to come): the next piece's first function is the callee, and it
+// takes the thunk's frame. Before, the `ret` popped the thunk and the callee
+// replaced the thunk's caller: a main job lost __kernel_read under one
+// finit_module (shmem_file_read_iter stood on kernel_read_file).
+TEST(LandPieceStart, LeavingAThunkAcrossPiecesReplacesItsFrameAndCountsTheCall) {
+  constexpr uint32_t kA = 1, kK = 2, kThunk = 3, kCallee = 4, kBase = 9;
+  using P = PieceWalk::Pending;
+  Profile out;
+  PieceStacks next;
+  next.first_fn = kCallee;
+  next.first_at_entry = true;
+  std::vector<uint32_t> prefix{kA, kK, kThunk};
+  PieceEnd end{static_cast<uint8_t>(P::Return), false, 0, true, true, 0};
+  land_piece_start(prefix, end, next, kBase, out);
+  EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kK, kThunk}));  // kCallee replaces the thunk: A>K>Callee
+  EXPECT_EQ(out.functions[kCallee].calls, 1u);
+  EXPECT_EQ((out.edges[{kK, kCallee}]), 1u);
+  // Jumped to (a tail call through the thunk): counted from the jumper.
+  prefix = {kA, kThunk};
+  end = {static_cast<uint8_t>(P::Return), false, 0, true, false, kK};
+  land_piece_start(prefix, end, next, kBase, out);
+  EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kThunk}));
+  EXPECT_EQ((out.edges[{kK, kCallee}]), 2u);
+  // The next piece still in the thunk (between its inner call and its ret):
+  // the inner call into its own body is no call.
+  next.first_fn = kThunk;
+  next.first_at_entry = false;
+  prefix = {kA, kK, kThunk};
+  end = {static_cast<uint8_t>(P::Call), false, 0, true, true, 0};
+  land_piece_start(prefix, end, next, kBase, out);
+  EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kK, kThunk}));
+  EXPECT_EQ(out.functions[kThunk].calls, 0u);
 }
 
 }  // namespace

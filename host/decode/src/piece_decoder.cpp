@@ -88,6 +88,9 @@ void PieceScratch::reset() {
   switch_out.clear();
   time_marks.clear();
   gap_since_mark = false;
+  first_ip = last_ip = 0;
+  final_far_return = final_in_thunk = final_thunk_called = false;
+  final_thunk_from = 0;
   insns = blocks = error_total = t_end = skipped_bytes = loop_insns_dropped = 0;
 }
 
@@ -273,6 +276,7 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
     const bool after_last = block.ip > last_end_ip && block.ip - last_end_ip <= 2;
     last_end_ip = block.end_ip;
     CacheEntry& e = lookup(block.ip, block.end_ip, block.isid, block.iclass, walk.now());
+    const bool was_landed = walk.landed();
     if (walk.leader() && !e.leader_seen) {
       e.leader_seen = true;
       s.new_blocks.emplace_back(e.fn, block.ip);
@@ -295,6 +299,7 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
       walk.on_block({e.fn, block.ninsn, cut ? static_cast<uint8_t>(kClsOther) : e.cls, at_entry, fn_kind_[e.fn],
                      after_last});
     }
+    if (!was_landed && walk.landed()) s.first_ip = block.ip;
   };
   // Hands on the held blocks in order: the unconfirmed ones, then the tail.
   auto flush = [&] {
@@ -407,6 +412,11 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
   s.first_fn = walk.first_fn();
   s.first_at_entry = walk.first_at_entry();
   s.first_event_entry = walk.first_event_entry();
+  s.final_far_return = walk.final_far_return();
+  s.last_ip = last_end_ip;
+  s.final_in_thunk = walk.final_in_thunk();
+  s.final_thunk_called = walk.final_thunk_called();
+  s.final_thunk_from = walk.final_thunk_from();
   pt_blk_free_decoder(dec);
   return ok_status();
 }
@@ -517,6 +527,12 @@ void PieceDecoder::commit(const Piece& piece, PieceScratch& s) {
   ps.first_fn = s.first_fn;
   ps.first_at_entry = s.first_at_entry;
   ps.first_event_entry = s.first_event_entry;
+  ps.first_ip = s.first_ip;
+  ps.final_far_return = s.final_far_return;
+  ps.last_ip = s.last_ip;
+  ps.final_in_thunk = s.final_in_thunk;
+  ps.final_thunk_called = s.final_thunk_called;
+  ps.final_thunk_from = s.final_thunk_from;
   ps.nodes.reserve(s.node_touched.size());
   for (uint32_t n : s.node_touched) ps.nodes.emplace_back(n, s.node_insns[n]);
   pieces_.push_back(std::move(ps));

@@ -97,6 +97,12 @@ struct PieceScratch {
   uint32_t first_fn = UINT32_MAX;  // where the piece's stack first landed on the one it began with
   bool first_at_entry = false;     // ... at that function's entry
   bool first_event_entry = false;  // ... which is an event entry (kFnEventEntry)
+  uint64_t first_ip = 0;           // ... the address it landed at
+  bool final_far_return = false;   // final_pending is an IRET's Return
+  uint64_t last_ip = 0;            // the piece's last instruction (of its last block)
+  bool final_in_thunk = false;     // PieceWalk::final_in_thunk and the two after it
+  bool final_thunk_called = false;
+  uint32_t final_thunk_from = 0;
   // Each task switch the piece saw, in order: the stack node of the task
   // that left (its frames below the switch's own).
   std::vector<uint32_t> switch_out;
@@ -198,6 +204,13 @@ class PieceWalk {
   // (UINT32_MAX: none, or the stack restarted first). The previous piece's
   // last call or return lands there.
   uint32_t first_fn() const { return first_fn_; }
+  bool landed() const { return landed_; }
+  bool final_far_return() const { return far_return_; }  // the pending Return is an IRET's
+  // The stack's top is a thunk's frame (see move): the next function it
+  // goes to takes the frame, and the call that opened it.
+  bool final_in_thunk() const { return thunk_node_ != 0 && cur_ == thunk_node_; }
+  bool final_thunk_called() const { return thunk_called_; }
+  uint32_t final_thunk_from() const { return thunk_from_; }
   bool first_at_entry() const { return first_at_entry_; }
   bool first_event_entry() const { return first_event_entry_; }
 

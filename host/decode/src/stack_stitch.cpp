@@ -48,17 +48,44 @@ bool usable(const SwitchSpan& s) { return s.complete && s.time != 0 && (s.end_ti
 
 }  // namespace
 
-void land_piece_start(std::vector<uint32_t>& prefix, uint8_t pending, uint32_t fn, bool at_entry, bool event_entry,
+void land_piece_start(std::vector<uint32_t>& prefix, const PieceEnd& end, const PieceStacks& next,
                       uint32_t base_unknown, Profile& out) {
+  const uint32_t fn = next.first_fn;
   auto count_call = [&] {
     const uint32_t caller = prefix.empty() || prefix.back() == base_unknown ? Symbolizer::kUnknown : prefix.back();
     out.functions[fn].calls++;
     out.edges[{caller, fn}]++;
   };
-  switch (static_cast<PieceWalk::Pending>(pending)) {
+  const auto pending = static_cast<PieceWalk::Pending>(end.pending);
+  if (end.in_thunk && prefix.size() > 1 && prefix.back() != fn) {
+    if (end.thunk_called) {
+      const uint32_t below = prefix[prefix.size() - 2];
+      out.functions[fn].calls++;
+      out.edges[{below == base_unknown ? Symbolizer::kUnknown : below, fn}]++;
+    } else if (next.first_at_entry) {
+      out.functions[fn].calls++;  // a tail call through the thunk
+      out.edges[{end.thunk_from, fn}]++;
+    }
+    return;  // the thunk's frame is the callee's: the top is replaced
+  }
+  if (pending == PieceWalk::Pending::Call && !prefix.empty() && prefix.back() == fn && !next.first_at_entry)
+    return;  // a call into its own function, not at its entry: no call (return stack stuffing)
+  const bool after_last = end.last_ip != 0 && next.first_ip > end.last_ip && next.first_ip - end.last_ip <= 2;
+  bool stand_on_top = next.first_event_entry && next.first_at_entry &&
+                      (pending == PieceWalk::Pending::Return || pending == PieceWalk::Pending::None);
+  switch (pending) {
     case PieceWalk::Pending::Return:
+      if (after_last) {
+        stand_on_top = false;  // sync_core(): no frame to pop
+        break;
+      }
       if (prefix.size() > 1) prefix.pop_back();
       else prefix.assign(1, base_unknown);  // returned below everything known
+      if (end.far_return && next.first_at_entry && !next.first_event_entry && prefix.back() != base_unknown &&
+          prefix.back() != fn) {
+        count_call();  // by proxy: the IRET went to another function's entry
+        stand_on_top = true;
+      }
       break;
     case PieceWalk::Pending::Call:
       count_call();
@@ -66,17 +93,14 @@ void land_piece_start(std::vector<uint32_t>& prefix, uint8_t pending, uint32_t f
       break;
     case PieceWalk::Pending::Push: prefix.push_back(fn); break;
     case PieceWalk::Pending::Jump:  // a tail call when it enters another function at its entry
-      if (at_entry && !prefix.empty() && prefix.back() != fn) count_call();
+      if (next.first_at_entry && !prefix.empty() && prefix.back() != fn) count_call();
       break;
     case PieceWalk::Pending::None: break;
   }
   // (After a call or an interrupt the entry is already pushed; after a jump
   // it replaces the jumper: irq_entries_start's stubs jump to
   // asm_common_interrupt.)
-  const auto p = static_cast<PieceWalk::Pending>(pending);
-  if (event_entry && at_entry && (p == PieceWalk::Pending::Return || p == PieceWalk::Pending::None) &&
-      !prefix.empty() && prefix.back() != base_unknown)
-    prefix.push_back(prefix.back());
+  if (stand_on_top && !prefix.empty() && prefix.back() != base_unknown) prefix.push_back(prefix.back());
 }
 
 SwitchMatch match_task_switches(const std::vector<SwitchSpan>& spans, const Log& log) {
@@ -216,7 +240,7 @@ class Stitcher {
     size_t next = 0;
     uint64_t key = 0;  // time of the last action taken: a CPU's actions never go back in time
     std::vector<uint32_t> prefix;
-    uint8_t pending = 0;
+    PieceEnd end;  // how the previous piece ended
     std::vector<std::vector<uint32_t>> segments;  // the current piece's segment stacks
     std::vector<uint32_t> segment_ids;            // ... interned (UINT32_MAX: not yet)
     std::vector<char> near_loss;                  // per record: records_near_losses
@@ -325,8 +349,8 @@ void Stitcher::take(Cpu& c, const Action& a) {
   switch (a.kind) {
     case Action::Begin: {
       const PieceStacks& p = pieces_[a.piece];
-      if ((c.pending != 0 || p.first_event_entry) && p.first_fn != UINT32_MAX)
-        land_piece_start(c.prefix, c.pending, p.first_fn, p.first_at_entry, p.first_event_entry, base_unknown_, out_);
+      if ((c.end.pending != 0 || c.end.in_thunk || p.first_event_entry) && p.first_fn != UINT32_MAX)
+        land_piece_start(c.prefix, c.end, p, base_unknown_, out_);
       c.segments.assign(1, c.prefix);
       c.segment_ids.assign(1, UINT32_MAX);
       return;
@@ -373,7 +397,7 @@ void Stitcher::take(Cpu& c, const Action& a) {
       }
       if (p.final_node != UINT32_MAX) {  // (else the piece had no block: the stack is as it began)
         c.prefix = resolve(c, p.final_node, p.decoder);
-        c.pending = p.final_pending;
+        c.end = {p.final_pending, p.final_far_return, p.last_ip, p.final_in_thunk, p.final_thunk_called, p.final_thunk_from};
       }
       return;
     }

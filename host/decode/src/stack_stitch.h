@@ -48,18 +48,39 @@ struct SwitchMatch {
 SwitchMatch match_task_switches(const std::vector<SwitchSpan>& spans,
                                 const std::vector<std::pair<uint64_t, uint32_t>>& log);
 
-// The previous piece of a CPU ended on a call, return or interrupt
-// (`pending`, PieceWalk::Pending) whose destination is where the next piece
-// first ran (`fn`): applies it to `prefix`, as the walk would have, and
-// counts the call in `out`. The next piece's first function replaces the
-// top of its prefix (its marker), so when that function is an event entry
-// at its entry that nothing of the piece pushed (`event_entry`, after a
-// return or straight-line code: the PSB fell between the interrupt and its
-// handler, or an interrupt struck right after the previous piece's IRET),
-// the top is doubled for it to replace: the handler stands on the
-// interrupted function instead of taking its place (and its IRET then
-// popping the frame below).
-void land_piece_start(std::vector<uint32_t>& prefix, uint8_t pending, uint32_t fn, bool at_entry, bool event_entry,
+// How a CPU's previous piece ended: what its last instruction began
+// (PieceWalk::Pending), whether that was an IRET's return, and the address
+// of that instruction.
+struct PieceEnd {
+  uint8_t pending = 0;
+  bool far_return = false;
+  uint64_t last_ip = 0;
+  bool in_thunk = false;      // its top frame is a thunk's (PieceWalk::final_in_thunk) ...
+  bool thunk_called = false;  // ... which a call opened
+  uint32_t thunk_from = 0;    // ... else the function that jumped to it
+};
+
+// The previous piece of a CPU ended on a call, return or interrupt (`end`)
+// whose destination is where the next piece `next` first ran (its first_fn,
+// first_at_entry, first_event_entry, first_ip): applies it to `prefix`, as
+// PieceWalk::move would have, and counts the call in `out`. The next
+// piece's first function replaces the top of its prefix (its marker), so
+// where the destination stands on top of the frame returned to, the top is
+// doubled for it to replace:
+//   - an event entry at its entry that nothing of the piece pushed, after
+//     a return or straight-line code (the PSB fell between the interrupt
+//     and its handler, or an interrupt struck right after the previous
+//     piece's IRET): the handler stands on the interrupted function
+//     instead of taking its place (and its IRET then popping the frame
+//     below);
+//   - an IRET into a plain function's entry: a call made by proxy
+//     (text_poke_bp's INT3 handler emulating a CALL), counted as one.
+// A return to within 2 bytes after its own instruction (sync_core()'s IRET)
+// returns from no call and pops nothing. A piece that ended in a thunk
+// (retpoline) and a next one that begins in another function: that function
+// takes the thunk's frame, and the call that opened it (the thunk's `ret`
+// goes to the callee; before, it popped the thunk's caller).
+void land_piece_start(std::vector<uint32_t>& prefix, const PieceEnd& end, const PieceStacks& next,
                       uint32_t base_unknown, Profile& out);
 
 // Puts every piece's stack counts into out.stacks, and out.task_switches.
