@@ -88,9 +88,8 @@ void PieceScratch::reset() {
   switch_out.clear();
   time_marks.clear();
   gap_since_mark = false;
-  first_ip = last_ip = 0;
-  final_far_return = final_in_thunk = final_thunk_called = false;
-  final_thunk_from = 0;
+  first_ip = 0;
+  end = {};
   insns = blocks = error_total = t_end = skipped_bytes = loop_insns_dropped = 0;
 }
 
@@ -408,15 +407,10 @@ Status PieceDecoder::run(const Piece& piece, int64_t shift, PieceScratch& s) {
   flush();
   s.t_end = walk.now();
   s.final_node = walk.final_node();
-  s.final_pending = static_cast<uint8_t>(walk.pending());
   s.first_fn = walk.first_fn();
   s.first_at_entry = walk.first_at_entry();
   s.first_event_entry = walk.first_event_entry();
-  s.final_far_return = walk.final_far_return();
-  s.last_ip = last_end_ip;
-  s.final_in_thunk = walk.final_in_thunk();
-  s.final_thunk_called = walk.final_thunk_called();
-  s.final_thunk_from = walk.final_thunk_from();
+  s.end = walk.end_state(last_end_ip);
   pt_blk_free_decoder(dec);
   return ok_status();
 }
@@ -523,16 +517,11 @@ void PieceDecoder::commit(const Piece& piece, PieceScratch& s) {
   }
   ps.windows.push_back({t, piece.end_time, static_cast<uint32_t>(s.switch_out.size()) - before, !s.gap_since_mark});
   ps.final_node = s.final_node;
-  ps.final_pending = s.final_pending;
   ps.first_fn = s.first_fn;
   ps.first_at_entry = s.first_at_entry;
   ps.first_event_entry = s.first_event_entry;
   ps.first_ip = s.first_ip;
-  ps.final_far_return = s.final_far_return;
-  ps.last_ip = s.last_ip;
-  ps.final_in_thunk = s.final_in_thunk;
-  ps.final_thunk_called = s.final_thunk_called;
-  ps.final_thunk_from = s.final_thunk_from;
+  ps.end = s.end;
   ps.nodes.reserve(s.node_touched.size());
   for (uint32_t n : s.node_touched) ps.nodes.emplace_back(n, s.node_insns[n]);
   pieces_.push_back(std::move(ps));

@@ -21,16 +21,11 @@ struct PieceStacks {
   size_t decoder = 0;
   std::vector<std::pair<uint32_t, uint64_t>> nodes;  // (node, instructions)
   uint32_t final_node = 0;
-  uint8_t final_pending = 0;       // PieceWalk::Pending at the piece's end
   uint32_t first_fn = UINT32_MAX;  // PieceWalk::first_fn
   bool first_at_entry = false;
   bool first_event_entry = false;  // PieceWalk::first_event_entry
   uint64_t first_ip = 0;           // PieceScratch::first_ip
-  bool final_far_return = false;   // PieceScratch::final_far_return
-  uint64_t last_ip = 0;            // PieceScratch::last_ip
-  bool final_in_thunk = false;     // PieceScratch::final_in_thunk ...
-  bool final_thunk_called = false;
-  uint32_t final_thunk_from = 0;
+  PieceEnd end;                    // PieceScratch::end
   uint64_t time = 0;                 // Piece::time
   std::vector<uint32_t> switch_out;  // PieceScratch::switch_out
   std::vector<SwitchSpan> windows;   // the piece's time, cut at its timing packets, with the switches in each

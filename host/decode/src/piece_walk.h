@@ -78,6 +78,18 @@ struct SwitchSpan {
   bool complete = true;  // no error or overflow: count is every switch in it
 };
 
+// How a piece ended: what its last instruction began
+// (PieceWalk::Pending), whether that was an IRET's return, and the address
+// of that instruction.
+struct PieceEnd {
+  uint8_t pending = 0;
+  bool far_return = false;
+  uint64_t last_ip = 0;
+  bool in_thunk = false;      // its top frame is a thunk's (PieceWalk::end_state) ...
+  bool thunk_called = false;  // ... which a call opened
+  uint32_t thunk_from = 0;    // ... else the function that jumped to it
+};
+
 // What one piece added; committed into the thread's totals only if kept.
 struct PieceScratch {
   uint64_t insns = 0, blocks = 0;
@@ -93,16 +105,11 @@ struct PieceScratch {
   uint64_t loop_insns_dropped = 0;  // instructions of a loop no packet confirmed, not counted
   uint64_t t_end = 0;        // PT time at the end of the piece
   uint32_t final_node = 0;   // the stack at the end of the piece
-  uint8_t final_pending = 0; // PieceWalk::Pending: what its last instruction began
   uint32_t first_fn = UINT32_MAX;  // where the piece's stack first landed on the one it began with
   bool first_at_entry = false;     // ... at that function's entry
   bool first_event_entry = false;  // ... which is an event entry (kFnEventEntry)
   uint64_t first_ip = 0;           // ... the address it landed at
-  bool final_far_return = false;   // final_pending is an IRET's Return
-  uint64_t last_ip = 0;            // the piece's last instruction (of its last block)
-  bool final_in_thunk = false;     // PieceWalk::final_in_thunk and the two after it
-  bool final_thunk_called = false;
-  uint32_t final_thunk_from = 0;
+  PieceEnd end;                    // how the piece ended (PieceWalk::end_state)
   // Each task switch the piece saw, in order: the stack node of the task
   // that left (its frames below the switch's own).
   std::vector<uint32_t> switch_out;
@@ -205,12 +212,13 @@ class PieceWalk {
   // last call or return lands there.
   uint32_t first_fn() const { return first_fn_; }
   bool landed() const { return landed_; }
-  bool final_far_return() const { return far_return_; }  // the pending Return is an IRET's
-  // The stack's top is a thunk's frame (see move): the next function it
-  // goes to takes the frame, and the call that opened it.
-  bool final_in_thunk() const { return thunk_node_ != 0 && cur_ == thunk_node_; }
-  bool final_thunk_called() const { return thunk_called_; }
-  uint32_t final_thunk_from() const { return thunk_from_; }
+  // How the piece ends, its last instruction at `last_ip`. A thunk's frame
+  // on top (see move): the next function it goes to takes the frame, and
+  // the call that opened it.
+  PieceEnd end_state(uint64_t last_ip) const {
+    const bool in_thunk = thunk_node_ != 0 && cur_ == thunk_node_;
+    return {static_cast<uint8_t>(pending_), far_return_, last_ip, in_thunk, thunk_called_, thunk_from_};
+  }
   bool first_at_entry() const { return first_at_entry_; }
   bool first_event_entry() const { return first_event_entry_; }
 

@@ -51,21 +51,15 @@ bool usable(const SwitchSpan& s) { return s.complete && s.time != 0 && (s.end_ti
 void land_piece_start(std::vector<uint32_t>& prefix, const PieceEnd& end, const PieceStacks& next,
                       uint32_t base_unknown, Profile& out) {
   const uint32_t fn = next.first_fn;
-  auto count_call = [&] {
-    const uint32_t caller = prefix.empty() || prefix.back() == base_unknown ? Symbolizer::kUnknown : prefix.back();
+  auto count_call_from = [&](uint32_t caller) {
     out.functions[fn].calls++;
-    out.edges[{caller, fn}]++;
+    out.edges[{caller == base_unknown ? Symbolizer::kUnknown : caller, fn}]++;
   };
+  auto count_call = [&] { count_call_from(prefix.empty() ? Symbolizer::kUnknown : prefix.back()); };
   const auto pending = static_cast<PieceWalk::Pending>(end.pending);
   if (end.in_thunk && prefix.size() > 1 && prefix.back() != fn) {
-    if (end.thunk_called) {
-      const uint32_t below = prefix[prefix.size() - 2];
-      out.functions[fn].calls++;
-      out.edges[{below == base_unknown ? Symbolizer::kUnknown : below, fn}]++;
-    } else if (next.first_at_entry) {
-      out.functions[fn].calls++;  // a tail call through the thunk
-      out.edges[{end.thunk_from, fn}]++;
-    }
+    if (end.thunk_called) count_call_from(prefix[prefix.size() - 2]);
+    else if (next.first_at_entry) count_call_from(end.thunk_from);  // a tail call through the thunk
     return;  // the thunk's frame is the callee's: the top is replaced
   }
   if (pending == PieceWalk::Pending::Call && !prefix.empty() && prefix.back() == fn && !next.first_at_entry)
@@ -397,7 +391,7 @@ void Stitcher::take(Cpu& c, const Action& a) {
       }
       if (p.final_node != UINT32_MAX) {  // (else the piece had no block: the stack is as it began)
         c.prefix = resolve(c, p.final_node, p.decoder);
-        c.end = {p.final_pending, p.final_far_return, p.last_ip, p.final_in_thunk, p.final_thunk_called, p.final_thunk_from};
+        c.end = p.end;
       }
       return;
     }

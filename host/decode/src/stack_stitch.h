@@ -48,18 +48,6 @@ struct SwitchMatch {
 SwitchMatch match_task_switches(const std::vector<SwitchSpan>& spans,
                                 const std::vector<std::pair<uint64_t, uint32_t>>& log);
 
-// How a CPU's previous piece ended: what its last instruction began
-// (PieceWalk::Pending), whether that was an IRET's return, and the address
-// of that instruction.
-struct PieceEnd {
-  uint8_t pending = 0;
-  bool far_return = false;
-  uint64_t last_ip = 0;
-  bool in_thunk = false;      // its top frame is a thunk's (PieceWalk::final_in_thunk) ...
-  bool thunk_called = false;  // ... which a call opened
-  uint32_t thunk_from = 0;    // ... else the function that jumped to it
-};
-
 // The previous piece of a CPU ended on a call, return or interrupt (`end`)
 // whose destination is where the next piece `next` first ran (its first_fn,
 // first_at_entry, first_event_entry, first_ip): applies it to `prefix`, as
