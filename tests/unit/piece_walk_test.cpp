@@ -246,6 +246,37 @@ TEST_F(PieceWalkTest, ARetpolineThunkIsSeenThroughByItsReturn) {
   EXPECT_EQ(w.underflows(), 0u);
 }
 
+// An interrupt that strikes inside a thunk goes on top of the thunk's frame;
+// it is not where the thunk goes. Taken as the thunk's destination, the
+// handler replaced the thunk, the IRET back into the thunk replaced its
+// caller, and the retpoline's return then lost a frame (a main job lost
+// do_syscall_64 and __do_sys_finit_module under load_module this way).
+// The handler's own thunk (__sysvec_apic_timer_interrupt's) comes and goes
+// meanwhile: the IRET back into the thunk's frame is in that thunk again.
+TEST_F(PieceWalkTest, AnInterruptInsideAThunkGoesOnTopOfItsFrame) {
+  PieceWalk w = walk(0);
+  w.on_block(block(kA, kClsCall));
+  w.on_block(block(kThunk, kClsCall, 1));                          // call thunk; call 1f
+  w.on_interrupt({kThunk, false, kFnThunk});                       // struck at 1f
+  w.on_block(block(kEntry, kClsCall));                             // the handler calls through a thunk of its own
+  EXPECT_EQ(stack(w), "M0>A>T>E");
+  EXPECT_EQ(s_.fn_calls[kEntry], 0u);
+  w.on_block(block(kThunk, kClsJump, 2));
+  w.on_block(block(kC, kClsReturn));
+  EXPECT_EQ(stack(w), "M0>A>T>E>C");
+  w.on_block(block(kEntry, kClsFarReturn, 4, false));              // IRET
+  EXPECT_EQ(stack(w), "M0>A>T>E");
+  w.on_block(block(kThunk, kClsReturn, 2, /*at_entry=*/false));    // back in the thunk: mov; ret
+  EXPECT_EQ(stack(w), "M0>A>T");
+  w.on_block(block(kB, kClsReturn));                               // the retpoline's return goes to B
+  EXPECT_EQ(stack(w), "M0>A>B");
+  EXPECT_EQ(s_.fn_calls[kB], 1u);
+  EXPECT_EQ((s_.edges[(uint64_t{kA} << 32) | kB]), 1u);
+  w.on_block(block(kA, kClsOther, 4, false));                      // B returns to A
+  EXPECT_EQ(stack(w), "M0>A");
+  EXPECT_EQ(w.underflows(), 0u);
+}
+
 TEST_F(PieceWalkTest, AThunkLeftByItsIndirectJumpIsSeenThroughToo) {
   PieceWalk w = walk(0);
   w.on_block(block(kA, kClsCall));

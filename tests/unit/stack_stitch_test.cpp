@@ -185,6 +185,17 @@ TEST(LandPieceStart, LeavingAThunkAcrossPiecesReplacesItsFrameAndCountsTheCall) 
   land_piece_start(prefix, end, next, kBase, out);
   EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kK, kThunk}));
   EXPECT_EQ(out.functions[kThunk].calls, 0u);
+  // An interrupt that struck in the thunk as the piece ended: its handler
+  // stands on the thunk's frame, and is no call.
+  constexpr uint32_t kEntry = 5;
+  next.first_fn = kEntry;
+  next.first_at_entry = true;
+  next.first_event_entry = true;
+  prefix = {kA, kK, kThunk};
+  end = {static_cast<uint8_t>(P::Push), false, 0, true, true, 0};
+  land_piece_start(prefix, end, next, kBase, out);
+  EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kK, kThunk, kEntry}));
+  EXPECT_EQ(out.functions[kEntry].calls, 0u);
 }
 
 }  // namespace

@@ -54,6 +54,7 @@ void PieceWalk::reset_stack(bool base_known) {
   pending_ = Pending::None;
   far_return_ = false;
   thunk_node_ = 0;
+  n_interrupted_thunks_ = 0;
   switch_depth_ = 0;
 }
 
@@ -82,6 +83,13 @@ void PieceWalk::on_interrupt(const Place& from) {
   // The call, return or jump the last block ended with took effect: the
   // interrupt struck at its destination, and the handler goes on top of it.
   if (cur_ != 0 || pending_ == Pending::Push || !reset_) move(from);
+  if (thunk_node_ != 0 && cur_ == thunk_node_) {
+    if (n_interrupted_thunks_ == kMaxInterruptedThunks) {
+      std::move(interrupted_thunks_.begin() + 1, interrupted_thunks_.end(), interrupted_thunks_.begin());
+      --n_interrupted_thunks_;
+    }
+    interrupted_thunks_[n_interrupted_thunks_++] = {thunk_node_, thunk_from_, thunk_called_};
+  }
   pending_ = Pending::Push;
   leader_ = true;
 }
@@ -130,8 +138,9 @@ void PieceWalk::move(const Place& b) {
   // Leaving a thunk, by its indirect jump or its retpoline return: the
   // frame is the destination's, and so is the call that opened it.
   // A thunk a function jumped to is left the same way: a tail call when it
-  // enters the destination at its entry.
-  if (thunk_node_ != 0 && cur_ == thunk_node_ && f != tree_.node(cur_).fn) {
+  // enters the destination at its entry. An interrupt that struck in the
+  // thunk is not where it goes: its handler stands on the thunk's frame.
+  if (thunk_node_ != 0 && cur_ == thunk_node_ && f != tree_.node(cur_).fn && pending_ != Pending::Push) {
     const uint32_t below = tree_.node(cur_).parent;
     if (thunk_called_) count_call(function_of(below), f);
     else if (b.at_entry) count_call(thunk_from_, f);  // a tail call through the thunk
@@ -185,6 +194,12 @@ void PieceWalk::move(const Place& b) {
       cur_ = root_for(f);
     } else if (tree_.node(p).fn == f) {
       cur_ = p;
+      if (n_interrupted_thunks_ > 0 && interrupted_thunks_[n_interrupted_thunks_ - 1].node == p) {
+        const ThunkState& t = interrupted_thunks_[--n_interrupted_thunks_];
+        thunk_node_ = t.node;  // back in the thunk the interrupt struck
+        thunk_from_ = t.from;
+        thunk_called_ = t.called;
+      }
     } else if (b.at_entry && (b.kind == kFnEventEntry || (far_return_ && b.kind == kFnPlain))) {
       // A return into an event entry, or an IRET into another function's
       // entry, lands on top of the frame it returned to, not in its place:

@@ -30,6 +30,7 @@
 // Each transition is a method with a unit test (piece_walk_test.cpp).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -252,6 +253,16 @@ class PieceWalk {
   uint32_t thunk_node_ = 0;  // the frame a thunk runs in (0: none) ...
   bool thunk_called_ = false;  // ... opened by a call (not a jump)
   uint32_t thunk_from_ = 0;    // ... else the function that jumped to it
+  // Thunks an interrupt struck in, innermost last: the handler's own thunks
+  // replace thunk_node_, and the IRET back into the thunk's frame restores
+  // it (the last kMaxInterruptedThunks; an older one is forgotten).
+  struct ThunkState {
+    uint32_t node = 0, from = 0;
+    bool called = false;
+  };
+  static constexpr size_t kMaxInterruptedThunks = 4;
+  std::array<ThunkState, kMaxInterruptedThunks> interrupted_thunks_{};
+  size_t n_interrupted_thunks_ = 0;
   uint32_t switch_depth_ = 0;  // in __switch_to_asm's frame at this depth (0: not switching)
   uint32_t segment_ = 0;       // roots hang under this segment's marker (see kStackMarker)
   bool any_block_ = false;

@@ -57,7 +57,7 @@ void land_piece_start(std::vector<uint32_t>& prefix, const PieceEnd& end, const 
   };
   auto count_call = [&] { count_call_from(prefix.empty() ? Symbolizer::kUnknown : prefix.back()); };
   const auto pending = static_cast<PieceWalk::Pending>(end.pending);
-  if (end.in_thunk && prefix.size() > 1 && prefix.back() != fn) {
+  if (end.in_thunk && pending != PieceWalk::Pending::Push && prefix.size() > 1 && prefix.back() != fn) {
     if (end.thunk_called) count_call_from(prefix[prefix.size() - 2]);
     else if (next.first_at_entry) count_call_from(end.thunk_from);  // a tail call through the thunk
     return;  // the thunk's frame is the callee's: the top is replaced
