@@ -486,7 +486,7 @@ void write_stats(unsigned index, const Vcpu& v) {
                "resolved_async=%llu\nresolved_fault=%llu\nunseen_user=%llu\noverflows=%llu\npsbs=%llu\nidle_tscs=%llu\nenables=%llu\n"
                "disables=%llu\nencode_errors=%llu\nwrite_failed=%d\ngt_faults_removed=%llu\ngt_int3_left_out=%llu\n"
                "stale_int3_stuck=%llu\ncode_flushes=%llu\nentries_learned=%llu\nentries_refused=%llu\n"
-               "orphan_irets=%llu\nresolved_elsewhere=%llu\nresume_posts_dropped=%llu\n",
+               "orphan_irets=%llu\nresolved_elsewhere=%llu\nresume_posts_dropped=%llu\nresume_posts_unfit=%llu\n",
                pt_bytes, static_cast<unsigned long long>(s.kernel_blocks), static_cast<unsigned long long>(s.rep_repeats),
                static_cast<unsigned long long>(s.kernel_insns), static_cast<unsigned long long>(v.gt_entries),
                static_cast<unsigned long long>(s.events), static_cast<unsigned long long>(s.resolved_async),
@@ -500,7 +500,8 @@ void write_stats(unsigned index, const Vcpu& v) {
                static_cast<unsigned long long>(v.code_flushes), static_cast<unsigned long long>(s.entries_learned),
                static_cast<unsigned long long>(s.entries_refused), static_cast<unsigned long long>(s.orphan_irets),
                static_cast<unsigned long long>(s.resolved_elsewhere),
-               static_cast<unsigned long long>(g_resume_board.dropped()));
+               static_cast<unsigned long long>(g_resume_board.dropped()),
+               static_cast<unsigned long long>(g_resume_board.unfit()));
   std::fclose(f);
 
 }

@@ -65,8 +65,37 @@ bool accepts_exactly(const Block& p, uint64_t resume) {
 
 }  // namespace
 
-void ResumeBoard::post(uint64_t resume, uint64_t time) {
+void ResumeBoard::wait(const void* owner, const Block* interrupted, uint64_t time) {
   std::lock_guard<std::mutex> lock(mutex_);
+  waiting_.push_back({owner, interrupted, time});
+}
+
+void ResumeBoard::stop_waiting(const void* owner, const Block* interrupted, uint64_t time) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = waiting_.size(); i-- > 0;) {
+    const Waiting& w = waiting_[i];
+    if (w.owner == owner && w.interrupted == interrupted && w.time == time) {
+      waiting_[i] = waiting_.back();
+      waiting_.pop_back();
+      return;
+    }
+  }
+}
+
+void ResumeBoard::forget(const void* owner) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::erase_if(waiting_, [&](const Waiting& w) { return w.owner == owner; });
+}
+
+bool ResumeBoard::post(const void* owner, uint64_t resume, uint64_t time) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const bool fits = std::any_of(waiting_.begin(), waiting_.end(), [&](const Waiting& w) {
+    return w.owner != owner && w.time <= time && accepts_exactly(*w.interrupted, resume);
+  });
+  if (!fits) {
+    unfit_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
   if (posts_.size() >= kMaxPosts) {
     posts_.pop_front();
     dropped_.fetch_add(1, std::memory_order_relaxed);
@@ -74,6 +103,7 @@ void ResumeBoard::post(uint64_t resume, uint64_t time) {
   posts_.push_back({resume, time});
   count_.store(posts_.size(), std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_release);
+  return true;
 }
 
 bool is_kernel_address(uint64_t address) { return address >= 0xffff800000000000ull; }
@@ -96,7 +126,10 @@ VcpuEncoder::VcpuEncoder(const EncoderOptions& options, ClockFn clock, void* clo
   out_.reserve(1u << 16);
 }
 
-VcpuEncoder::~VcpuEncoder() { pt_free_encoder(encoder_); }
+VcpuEncoder::~VcpuEncoder() {
+  if (board_) board_->forget(this);
+  pt_free_encoder(encoder_);
+}
 
 void VcpuEncoder::emit(const pt_packet& packet, std::vector<uint8_t>& to) {
   pt_enc_sync_set(encoder_, 0);
@@ -227,12 +260,14 @@ void VcpuEncoder::open_frame(const Block* interrupted, uint64_t handler, bool ch
   learn_entry(handler);
   ++stats_.events;
   frames_.push_back(Frame{interrupted, handler, deferred_.size(), chained, clock_(clock_context_)});
+  if (board_) board_->wait(this, interrupted, frames_.back().time);
 }
 
 void VcpuEncoder::close_frame(size_t index, std::vector<uint8_t>&& prefix) {
   const size_t offset = frames_[index].offset;
   deferred_.insert(deferred_.begin() + static_cast<std::ptrdiff_t>(offset), prefix.begin(), prefix.end());
   for (size_t j = index + 1; j < frames_.size(); ++j) frames_[j].offset += prefix.size();
+  if (board_) board_->stop_waiting(this, frames_[index].interrupted, frames_[index].time);
   frames_.erase(frames_.begin() + static_cast<std::ptrdiff_t>(index));
   if (frames_.empty()) {
     out_.insert(out_.end(), deferred_.begin(), deferred_.end());
@@ -319,7 +354,7 @@ void VcpuEncoder::return_to(uint64_t target) {
   // learnt yet). The TIP alone decodes the same instructions here.
   if (index < 0) {
     ++stats_.orphan_irets;
-    if (board_) board_->post(target, clock_(clock_context_));
+    if (board_) board_->post(this, target, clock_(clock_context_));
   }
   while (index >= 0) {
     const bool chained = frames_[static_cast<size_t>(index)].chained;

@@ -101,7 +101,7 @@ struct EncoderStats {
   uint64_t enables = 0;               // TIP.PGE
   uint64_t disables = 0;              // TIP.PGD
   uint64_t encode_errors = 0;         // packets libipt's encoder rejected (none expected)
-  uint64_t orphan_irets = 0;          // IRETs that fitted no frame of this vCPU (posted to the ResumeBoard)
+  uint64_t orphan_irets = 0;          // IRETs that fitted no frame of this vCPU (posted to the ResumeBoard if another's fits)
   uint64_t resolved_elsewhere = 0;    // frames resolved by another vCPU's IRET (a handler that migrated)
   uint64_t entries_learned = 0;       // distinct event entry points learnt
   uint64_t entries_refused = 0;       // entry points not learnt: the set was full
@@ -116,10 +116,23 @@ using ClockFn = uint64_t (*)(void* context);
 // comes there, and become an overflow when tracing stops. The vCPU whose
 // frame fits a posted target exactly (the interrupted block holds it, or
 // is its only successor) takes it and resolves the frame with it.
+//
+// Only an IRET that some other vCPU's open frame fits is posted: each
+// encoder lists its open frames here (wait, stop_waiting). Most IRETs that
+// fit no frame of their own vCPU return from no event (sync_core()'s); posted,
+// thousands of them pushed a real post off the board while the vCPU that
+// held its frame sat idle, and that frame became an overflow.
 class ResumeBoard {
  public:
   static constexpr size_t kMaxPosts = 256;  // the oldest is dropped past this (counted)
-  void post(uint64_t resume, uint64_t time);
+  // `owner`'s frame, opened at `time` where it interrupted `interrupted`,
+  // waits for its IRET; until stop_waiting (the block outlives it).
+  void wait(const void* owner, const Block* interrupted, uint64_t time);
+  void stop_waiting(const void* owner, const Block* interrupted, uint64_t time);
+  void forget(const void* owner);  // all of owner's frames
+  // Posts `resume` (an IRET of `owner` at `time`) if a frame another owner
+  // waits with fits it exactly; false when none does (counted: unfit()).
+  bool post(const void* owner, uint64_t resume, uint64_t time);
   // The oldest post at or after `since` for which `fits(resume)` holds is
   // taken off the board; false if there is none.
   template <typename Fits>
@@ -138,6 +151,7 @@ class ResumeBoard {
   // Bumped by each post: an encoder looks again only when it moved.
   uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  uint64_t unfit() const { return unfit_.load(std::memory_order_relaxed); }
 
  private:
   struct Post {
@@ -146,7 +160,14 @@ class ResumeBoard {
   std::mutex mutex_;
   std::deque<Post> posts_;
   std::atomic<size_t> count_{0};
+  struct Waiting {
+    const void* owner;
+    const Block* interrupted;
+    uint64_t time;
+  };
+  std::vector<Waiting> waiting_;
   std::atomic<uint64_t> dropped_{0};
+  std::atomic<uint64_t> unfit_{0};
   std::atomic<uint64_t> generation_{0};
 };
 

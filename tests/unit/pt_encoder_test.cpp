@@ -247,7 +247,7 @@ TEST(PtEncoder, APostThatFitsNoFrameResolvesNothing) {
   ktpt::ResumeBoard board;
   Trace here;
   here.encoder.set_resume_board(&board);
-  board.post(K + 0x777, 0x1234);
+  EXPECT_FALSE(board.post(nullptr, K + 0x777, 0x1234));  // no frame waits: not posted
   here.from_user();
   here.run(kblock(K + 0x100, 3, EndKind::Fallthrough));
   here.run(kblock(K + 0x900, 1, EndKind::Return));
@@ -256,7 +256,41 @@ TEST(PtEncoder, APostThatFitsNoFrameResolvesNothing) {
   here.finish();
   EXPECT_EQ(here.encoder.stats().resolved_elsewhere, 0u);
   EXPECT_EQ(here.encoder.stats().overflows, 1u);
-  EXPECT_FALSE(board.empty());
+  EXPECT_TRUE(board.empty());
+  EXPECT_EQ(board.unfit(), 1u);
+}
+
+// An IRET that no other vCPU's open frame fits (sync_core()'s, which returns
+// from no event) is not posted: idle for long, the vCPU holding the frame a
+// real post fits would otherwise find it pushed off by such posts, and give
+// the frame up as an overflow.
+TEST(PtEncoder, OnlyAnIretAnotherVcpusFrameFitsIsPosted) {
+  ktpt::ResumeBoard board;
+  Trace here, there;
+  here.encoder.set_resume_board(&board);
+  there.encoder.set_resume_board(&board);
+  here.from_user();
+  here.run(kblock(K + 0x100, 3, EndKind::Fallthrough));  // faults at K+0x102
+  here.run(kblock(K + 0x900, 1, EndKind::Return));       // the handler sleeps; this vCPU goes idle
+  there.from_user();
+  there.run(kblock(K + 0x300, 1, EndKind::Return));      // the handler wakes on the other vCPU
+  there.run(kblock(K + 0x600, 1, EndKind::Iret));
+  there.run(kblock(K + 0x102, 1, EndKind::Return));      // ... returns to the faulting instruction: posted
+  for (size_t i = 0; i < 2 * ktpt::ResumeBoard::kMaxPosts; ++i) {
+    there.run(kblock(K + 0x400, 1, EndKind::Iret));      // sync_core(): an IRET to its next instruction
+    there.run(kblock(K + 0x402, 1, EndKind::Return));
+  }
+  there.run(kblock(K + 0x500, 1, EndKind::ToUser));
+  there.from_user();
+  EXPECT_EQ(there.encoder.stats().orphan_irets, 2 * ktpt::ResumeBoard::kMaxPosts + 1);
+  EXPECT_EQ(board.unfit(), 2 * ktpt::ResumeBoard::kMaxPosts);
+  EXPECT_EQ(board.dropped(), 0u);
+  here.run(kblock(K + 0x580, 1, EndKind::ToUser));       // the idle vCPU's next block takes the real post
+  here.from_user();
+  EXPECT_EQ(here.encoder.stats().resolved_elsewhere, 1u);
+  here.finish();
+  EXPECT_EQ(here.encoder.stats().overflows, 0u);
+  there.finish();
 }
 
 TEST(PtEncoder, InterruptRightAfterIretIsChained) {
