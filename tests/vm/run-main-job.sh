@@ -10,13 +10,16 @@
 #     with precision and recall >= 99.5% (99.84-99.99% measured: one desync
 #     costs the rest of its piece; a lost share of the PT, as 18-41% once
 #     was, fails), no stack deeper than the truth's
-#     deepest, at least 70% of the instructions on exactly the true stack
-#     (79-81% measured with task switches stitched from the guest's log;
-#     55-63% before, when a task switched in started on [base unknown]),
+#     deepest, at least 80% of the instructions whose true stack has a known
+#     base on exactly the true stack (86.8-91.1% measured; the rest is
+#     partly the truth's own errors, such as ftrace_startup on another
+#     task's frames),
 #     and the guest logged task switches that the decode matched
 #     (the share, the calls per function and the worst stacks are printed);
 #   - the BPF programs appear, by name;
-#   - zero "no text" decode errors;
+#   - zero "no text" decode errors, and all decode errors (desync,
+#     overflow, other) at most 1 per 100 M instructions (0-1 in 250 M
+#     measured since the plugin posts only IRETs another vCPU's frame fits);
 #   - zero guard misses;
 #   - every BPF program's text in the bundle equals the guest kernel's JIT
 #     bytes (tests/tools/check-bpf-text.py);
@@ -136,7 +139,7 @@ say "5. checks"
 # plugin's truth from the guest's stack pointer (the first trace's files),
 # in the background while the other checks run; its verdict comes at the end.
 "$SRC/tests/tools/check-stacks.py" "$BUNDLE" "$WORK/folded.txt" "$WORK/report.json" "$WORK"/pt/cpu*.truth-1 \
-  --json "$WORK/stacks-check.json" --min-function-recall 0.995 --max-deepest-excess 0 --min-exact-known 0.75 \
+  --json "$WORK/stacks-check.json" --min-function-recall 0.995 --max-deepest-excess 0 --min-exact-known 0.80 \
   >"$WORK/stacks-check.log" 2>&1 &
 STACKS=$!
 # The bundle's BPF text against the guest kernel's own JIT bytes
@@ -249,8 +252,10 @@ pokes = sum(1 for e in events if e.get("kind") == "text_poke")
 check(pokes > 0, f"text pokes recorded: {pokes}")
 err = report["errors"]
 check(err["no_text"] == 0, f"no 'no text' decode errors: {err['no_text']} (examples: {[e for e in err.get('examples', []) if e['kind'] == 'no_text'][:3]})")
-print(f"      other decode errors: desync {err['desync']}, overflow {err['overflow']}, other {err['other']}; "
-      f"{report['insns']} instructions decoded")
+errors = err["no_text"] + err["desync"] + err["overflow"] + err["other"]
+bound = max(1.0, report["insns"] / 100e6)
+check(errors <= bound, f"decode errors at most 1 per 100 M instructions: {errors} (desync {err['desync']}, "
+      f"overflow {err['overflow']}, other {err['other']}) in {report['insns']} instructions, bound {bound:.1f}")
 check(summary.get("holds", 0) > 0 and summary.get("lost_guard_miss", 1) == 0 and summary.get("holds_failed", 1) == 0,
       f"zero guard misses ({summary.get('holds', 0)} holds, {summary.get('lost_guard_miss')} missed, {summary.get('holds_failed')} failed)")
 check(summary.get("pt_source") == "software" and summary.get("pt_bytes", 0) > 0,
