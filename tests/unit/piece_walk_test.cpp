@@ -347,6 +347,24 @@ TEST_F(PieceWalkTest, APieceThatBeginsInsideTheSwitchLeavesItOntoTheNextTask) {
   EXPECT_EQ(stack_of(s_.switch_out[0]), "M0");  // the old task: the piece's start, less the switch frame
 }
 
+// The PSB fell in a function __switch_to called (save_fpregs_to_fpstate):
+// its return into __switch_to is below the piece's start, and __switch_to's
+// own return then goes onto the next task's stack. Before, the next task's
+// returns popped the old task's frames one by one (the idle task's
+// cpu_startup_entry on a polling task's __x64_sys_poll).
+TEST_F(PieceWalkTest, APieceThatBeginsBelowTheSwitchLeavesItOntoTheNextTask) {
+  PieceWalk w = walk(0);
+  w.on_block(block(kC, kClsReturn, 4, false));       // save_fpregs_to_fpstate returns
+  w.on_block(block(kSwitch, kClsReturn, 4, false));  // into __switch_to, which returns
+  EXPECT_EQ(stack(w), "M1>S");
+  w.on_block(block(kB, kClsReturn, 4, false));       // the next task's __schedule
+  EXPECT_EQ(stack(w), "W1M0>B");
+  ASSERT_EQ(s_.switch_out.size(), 1u);
+  EXPECT_EQ(stack_of(s_.switch_out[0]), "M1");
+  w.on_block(block(kA, kClsOther, 4, false));        // ... and its caller, below the segment's start
+  EXPECT_EQ(stack(w), "W1M1>A");
+}
+
 TEST_F(PieceWalkTest, AnOverflowRestartsOnAnUnknownBaseAndTracingOnRestartsEmpty) {
   PieceWalk w = walk(0);
   w.on_block(block(kA, kClsCall));
@@ -411,6 +429,21 @@ TEST_F(PieceWalkTest, TheLastPendingTransitionAndTheFirstLandingAreKeptForStitch
   w.on_block(block(kB, kClsReturn));
   EXPECT_EQ(w.first_fn(), kA);
   EXPECT_EQ(w.pending(), PieceWalk::Pending::Return);  // the next piece's first block is where it returns
+  EXPECT_FALSE(w.end_state(0).switch_return);
+}
+
+// A piece that ends on the return out of a task switch says so: the next
+// piece runs on the next task's stack.
+TEST_F(PieceWalkTest, APieceEndingOnTheReturnOutOfATaskSwitchSaysSo) {
+  PieceWalk w = walk(0);
+  w.on_block(block(kA, kClsCall));
+  w.on_block(block(kSwitch, kClsReturn));  // __switch_to_asm ... __switch_to's ret
+  EXPECT_EQ(stack(w), "M0>A>S");
+  EXPECT_TRUE(w.end_state(0).switch_return);
+  PieceWalk v = walk(0);
+  v.on_block(block(kA, kClsCall));
+  v.on_block(block(kB, kClsReturn));
+  EXPECT_FALSE(v.end_state(0).switch_return);
 }
 
 // text_poke_bp's INT3 handler emulates the CALL at a site being rewritten:

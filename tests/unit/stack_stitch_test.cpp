@@ -152,6 +152,30 @@ TEST(LandPieceStart, AnIretIntoAnotherFunctionsEntryIsACallAndOneToTheNextInstru
   EXPECT_EQ(out.functions[kT].calls, 1u);
 }
 
+// A piece whose last instruction is __switch_to's `ret` (its PSB fell right
+// after it): the next piece runs the next task, whose frames are not the
+// ones the switch was called on. Before, the return popped __switch_to and
+// the idle task's schedule_idle, do_idle and cpu_startup_entry replaced a
+// polling task's frames one by one (__x64_sys_poll;cpu_startup_entry: 6 M
+// instructions of a main job on a stack no kernel builds).
+TEST(LandPieceStart, AReturnOutOfATaskSwitchAsAPieceEndsStartsTheNextOnAnUnknownBase) {
+  constexpr uint32_t kA = 1, kSchedule = 2, kSwitchTo = 3, kNext = 4, kBase = 9;
+  using P = PieceWalk::Pending;
+  Profile out;
+  PieceStacks next;
+  next.first_fn = kNext;
+  std::vector<uint32_t> prefix{kA, kSchedule, kSwitchTo};
+  PieceEnd end{static_cast<uint8_t>(P::Return), false, 0, false, false, 0, true};
+  land_piece_start(prefix, end, next, kBase, out);
+  EXPECT_EQ(prefix, (std::vector<uint32_t>{kBase}));
+  EXPECT_EQ(out.task_switches.at_piece_edge, 1u);
+  // A plain return pops.
+  prefix = {kA, kSchedule, kSwitchTo};
+  end.switch_return = false;
+  land_piece_start(prefix, end, next, kBase, out);
+  EXPECT_EQ(prefix, (std::vector<uint32_t>{kA, kSchedule}));
+}
+
 // A piece that ended in a retpoline thunk's frame (its inner call taken,
 // its `ret` to come): the next piece's first function is the callee, and it
 // takes the thunk's frame. Before, the `ret` popped the thunk and the callee

@@ -240,9 +240,10 @@ void PieceWalk::move(const Place& b) {
 
 void PieceWalk::on_block(const Block& b) {
   move({b.fn, b.at_entry, b.kind, b.after_last});
-  // A piece that begins inside the switch (its PSB fell there) returns out
-  // of it onto the next task's stack too.
-  if (!any_block_ && b.kind == kFnTaskSwitch && switch_depth_ == 0 && !reset_) switch_depth_ = tree_.node(cur_).depth;
+  // A piece that begins inside the switch (its PSB fell there, or in a
+  // function __switch_to calls, which returns into it) returns out of it
+  // onto the next task's stack too.
+  if (b.kind == kFnTaskSwitch && switch_depth_ == 0 && !reset_) switch_depth_ = tree_.node(cur_).depth;
   any_block_ = true;
   count(b.fn, b.ninsn);
   leader_ = b.cls != kClsOther;

@@ -89,6 +89,9 @@ struct PieceEnd {
   bool in_thunk = false;      // its top frame is a thunk's (PieceWalk::end_state) ...
   bool thunk_called = false;  // ... which a call opened
   uint32_t thunk_from = 0;    // ... else the function that jumped to it
+  // Its last instruction is the return out of a task switch (__switch_to's
+  // `ret`): the next piece begins on the next task's stack.
+  bool switch_return = false;
 };
 
 // What one piece added; committed into the thread's totals only if kept.
@@ -218,7 +221,9 @@ class PieceWalk {
   // the call that opened it.
   PieceEnd end_state(uint64_t last_ip) const {
     const bool in_thunk = thunk_node_ != 0 && cur_ == thunk_node_;
-    return {static_cast<uint8_t>(pending_), far_return_, last_ip, in_thunk, thunk_called_, thunk_from_};
+    const bool switch_return = pending_ == Pending::Return && switch_depth_ != 0 && cur_ != 0 &&
+                               tree_.node(cur_).depth <= switch_depth_;
+    return {static_cast<uint8_t>(pending_), far_return_, last_ip, in_thunk, thunk_called_, thunk_from_, switch_return};
   }
   bool first_at_entry() const { return first_at_entry_; }
   bool first_event_entry() const { return first_event_entry_; }

@@ -114,6 +114,9 @@ std::string task_switches_line(const Profile& p) {
                          t.seen, t.matched, t.logged, pct(t.matched, t.seen), t.resumed);
   if (t.after_loss)
     line += fmt(" (%" PRIu64 " matched near a lost switch record: not resumed)", t.after_loss);
+  if (t.at_piece_edge)
+    line += fmt("; %" PRIu64 " more returned out of the switch as a piece ended (the next piece starts on [base unknown])",
+                t.at_piece_edge);
   return line;
 }
 
@@ -239,6 +242,7 @@ std::string format_report_json(const Profile& p, const Symbolizer& symbols, cons
   j["task_switches"] = {{"logged", p.task_switches.logged},   {"seen", p.task_switches.seen},
                         {"matched", p.task_switches.matched}, {"resumed", p.task_switches.resumed},
                         {"after_loss", p.task_switches.after_loss},
+                        {"at_piece_edge", p.task_switches.at_piece_edge},
                         {"clock_offset", p.task_switches.clock_offset}};
   j["stack_edges"] = {{"steps", p.stack_edges.steps},        {"interrupts", p.stack_edges.interrupts},
                       {"unchecked", p.stack_edges.unchecked}, {"failed", p.stack_edges.failed},

@@ -14,12 +14,21 @@ namespace {
 // function, and that function, replace the top of `prefix`. Popped below all
 // of `prefix` (or below its [base unknown]), the stack stands on [base
 // unknown]: the frames under it were never seen.
+//
+// `resumed`: the prefix is the stack a task had when it last left a CPU,
+// matched to this switch from the guest's log. The segment's returns out of
+// the switch must then go back into the prefix's own frames: a segment whose
+// first function is not the frame it replaces (the idle task's
+// schedule_idle where the prefix has schedule) ran another task than the
+// log matched, and stands on [base unknown] instead.
 std::vector<uint32_t> stitch(const std::vector<uint32_t>& prefix, const std::vector<uint32_t>& path,
-                             uint32_t base_unknown) {
+                             uint32_t base_unknown, bool resumed = false) {
   if (path.empty() || path[0] == UINT32_MAX || !(path[0] & kStackMarker)) return path;
   size_t popped = 1 + marker_popped(path[0]);
   std::vector<uint32_t> out;
-  if (popped < prefix.size())
+  if (resumed && popped <= prefix.size() && path.size() > 1 && prefix[prefix.size() - popped] != path[1])
+    out.push_back(base_unknown);
+  else if (popped < prefix.size())
     out.assign(prefix.begin(), prefix.end() - static_cast<long>(popped));
   else if (popped > prefix.size() || prefix[0] == base_unknown)
     out.push_back(base_unknown);
@@ -57,6 +66,14 @@ void land_piece_start(std::vector<uint32_t>& prefix, const PieceEnd& end, const 
   };
   auto count_call = [&] { count_call_from(prefix.empty() ? Symbolizer::kUnknown : prefix.back()); };
   const auto pending = static_cast<PieceWalk::Pending>(end.pending);
+  if (end.switch_return) {
+    // The next task's stack: not the one the switch's frames are on. (No
+    // log record is matched to this switch: the next piece stands on [base
+    // unknown] rather than on the task that left.)
+    out.task_switches.at_piece_edge++;
+    prefix.assign(1, base_unknown);
+    return;
+  }
   if (end.in_thunk && pending != PieceWalk::Pending::Push && prefix.size() > 1 && prefix.back() != fn) {
     if (end.thunk_called) count_call_from(prefix[prefix.size() - 2]);
     else if (next.first_at_entry) count_call_from(end.thunk_from);  // a tail call through the thunk
@@ -237,6 +254,7 @@ class Stitcher {
     PieceEnd end;  // how the previous piece ended
     std::vector<std::vector<uint32_t>> segments;  // the current piece's segment stacks
     std::vector<uint32_t> segment_ids;            // ... interned (UINT32_MAX: not yet)
+    std::vector<char> resumed;                    // ... the stack a task left with (see stitch)
     std::vector<char> near_loss;                  // per record: records_near_losses
   };
   void plan(Cpu& c, size_t first, size_t last, const std::vector<uint64_t>& losses);
@@ -250,8 +268,8 @@ class Stitcher {
   uint32_t base_unknown_;
   Profile& out_;
   std::unordered_map<uint64_t, std::vector<uint32_t>> left_;  // task -> its stack when it last left a CPU
-  std::map<std::vector<uint32_t>, uint32_t> prefix_ids_;
-  std::vector<const std::vector<uint32_t>*> prefixes_;
+  std::map<std::pair<std::vector<uint32_t>, bool>, uint32_t> prefix_ids_;  // (prefix, resumed) -> id
+  std::vector<const std::pair<std::vector<uint32_t>, bool>*> prefixes_;
   std::unordered_map<StackKey, uint64_t, StackKeyHash> counts_;
   std::vector<uint32_t> path_;
   size_t most_switches_ = 0;
@@ -326,13 +344,15 @@ std::vector<uint32_t> Stitcher::resolve(const Cpu& c, uint32_t node, size_t deco
   if (path_.empty() || !(path_[0] & kStackMarker) || path_[0] == UINT32_MAX) return path_;
   const size_t seg = marker_segment(path_[0]);
   static const std::vector<uint32_t> none;
-  return stitch(seg < c.segments.size() ? c.segments[seg] : none, path_, base_unknown_);
+  if (seg >= c.segments.size()) return stitch(none, path_, base_unknown_);
+  return stitch(c.segments[seg], path_, base_unknown_, c.resumed[seg]);
 }
 
 uint32_t Stitcher::intern(Cpu& c, size_t segment) {
   if (segment >= c.segments.size()) segment = 0;
   if (c.segment_ids[segment] == UINT32_MAX) {
-    auto [it, fresh] = prefix_ids_.try_emplace(c.segments[segment], static_cast<uint32_t>(prefixes_.size()));
+    auto [it, fresh] = prefix_ids_.try_emplace({c.segments[segment], c.resumed[segment] != 0},
+                                               static_cast<uint32_t>(prefixes_.size()));
     if (fresh) prefixes_.push_back(&it->first);
     c.segment_ids[segment] = it->second;
   }
@@ -347,12 +367,14 @@ void Stitcher::take(Cpu& c, const Action& a) {
         land_piece_start(c.prefix, c.end, p, base_unknown_, out_);
       c.segments.assign(1, c.prefix);
       c.segment_ids.assign(1, UINT32_MAX);
+      c.resumed.assign(1, 0);
       return;
     }
     case Action::Switch: {
       const PieceStacks& p = pieces_[a.piece];
       std::vector<uint32_t> leaving = resolve(c, p.switch_out[a.k], p.decoder);
       std::vector<uint32_t> next{base_unknown_};
+      char resumed = 0;
       if (a.record >= 0 && c.near_loss[static_cast<size_t>(a.record)]) {
         out_.task_switches.after_loss++;
       } else if (a.record >= 0) {
@@ -363,11 +385,13 @@ void Stitcher::take(Cpu& c, const Action& a) {
         if (it != left_.end()) {
           next = std::move(it->second);
           left_.erase(it);
+          resumed = 1;
           out_.task_switches.resumed++;
         }
       }
       c.segments.push_back(std::move(next));
       c.segment_ids.push_back(UINT32_MAX);
+      c.resumed.push_back(resumed);
       return;
     }
     case Action::Logged: {
@@ -429,7 +453,12 @@ void Stitcher::run(const TaskSwitchLog* log) {
   }
   for (const auto& [k, n] : counts_) {
     decoders_[k.decoder]->path_of(k.node, path_);
-    out_.stacks[k.prefix ? stitch(*prefixes_[k.prefix - 1], path_, base_unknown_) : path_] += n;
+    if (!k.prefix) {
+      out_.stacks[path_] += n;
+      continue;
+    }
+    const auto& [prefix, resumed] = *prefixes_[k.prefix - 1];
+    out_.stacks[stitch(prefix, path_, base_unknown_, resumed)] += n;
   }
 }
 

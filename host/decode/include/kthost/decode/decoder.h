@@ -93,6 +93,7 @@ struct TaskSwitchStats {
   uint64_t matched = 0;  // ... matched to a logged switch (so the task is known)
   uint64_t resumed = 0;  // ... onto the stack the task had when it last left a CPU
   uint64_t after_loss = 0;  // ... matched, but near a sideband loss: which task left is unsure, nothing kept or resumed
+  uint64_t at_piece_edge = 0;  // switches whose return ended a piece: the next piece starts on [base unknown]
   int64_t clock_offset = 0;  // PT time units added to the log's times to match (estimated)
 };
 
