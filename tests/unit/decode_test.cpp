@@ -593,6 +593,33 @@ TEST_F(DecodeTest, ATaskResumesTheStackItLeftOnAnotherCpu) {
   }
 }
 
+// The log says CPU 1's switch brings B back, but the task that runs on
+// returns into a_outer, not into B's b_inner: the record was matched to the
+// wrong switch (or named the wrong task). B's kept stack does not fit the
+// returns, so what runs after the switch stands on [base unknown] instead of
+// on B's frames (before: b_outer;a_outer, a step no call site explains).
+TEST_F(DecodeTest, AResumedStackTheReturnsDoNotFitIsNotUsed) {
+  test::SynthBundle b = task_switch_bundle(true);
+  test::PtWriter w1;
+  w1.psb(1250);
+  w1.pge(kText + 0x480);  // C: c_outer -> sched -> __switch_to_asm
+  w1.tip(kText + 0x605);  // its ret: a sched frame
+  w1.tip(kText + 0x405);  // ... that returns into a_outer, not b_inner
+  w1.pgd(test::kUserAddress);
+  b.pt[1] = w1.finish();
+  Analysis a = open(b);
+  auto p = decode_profile(a.bundle.pt, *a.image, a.symbols, a.decode_options());
+  ASSERT_TRUE(p) << p.error().message;
+  EXPECT_EQ(p->task_switches.resumed, 1u);
+  const std::string folded = folded_stacks(*p, a.symbols);
+  // sched's nop and ret fit B's sched frame (1 + 2 instructions); a_outer's
+  // nop and ret stand on [base unknown] (2 + A's own 2 on CPU 0).
+  EXPECT_NE(folded.find("b_outer;b_inner;sched 3\n"), std::string::npos) << folded;
+  EXPECT_NE(folded.find("[base_unknown];a_outer 4\n"), std::string::npos) << folded;
+  EXPECT_EQ(folded.find("b_outer;a_outer"), std::string::npos) << folded;
+  EXPECT_EQ(folded.find("b_inner;a_outer"), std::string::npos) << folded;
+}
+
 // A lost switch record on CPU 0 (perf's ring, reported at 1150): which task
 // left at CPU 0's switch is unsure (the record before it may not be the one
 // that switched B in), and a task a lost record named may have run since it
