@@ -35,10 +35,34 @@ failed=0
 . "$SRC/tests/vm/agent-lib.sh"
 UNSHARE="" POD="" POD_AGENT="" HOST_AGENT="" POD_NEW_MOUNTS=""
 in_pod() { nsenter -t "$POD" -m -p -r -w -- "$@"; }  # -r -w: its root and directory too (a chroot)
+# On a failure: what libvirtd and QEMU said on both sides of the migration
+# (why a domain stopped: "shutting down, reason=...", a QEMU error or signal),
+# the guest's last console lines and any crash the host kernel logged. The pod's
+# logs are on its tmpfs and go with it, so they are printed before it ends.
+show_diagnostics() {
+  local f
+  say "diagnostics (a check failed):"
+  [ ! -s "$W/migrate.log" ] || { echo "--- virsh migrate:"; cat "$W/migrate.log"; }
+  for d in kthost-pod1 kthost-mig1; do
+    echo "--- the pod's /var/log/libvirt/qemu/$d.log (tail):"
+    in_pod tail -n 15 "/var/log/libvirt/qemu/$d.log" 2>/dev/null | cut -c1-400 || true
+    echo "--- the pod's console of $d (tail):"
+    in_pod tail -n 15 "/run/kthost/$d/console.log" 2>/dev/null | cut -c1-300 || true
+  done
+  echo "--- this host's /var/log/libvirt/qemu/kthost-mig1.log (tail):"
+  tail -n 15 /var/log/libvirt/qemu/kthost-mig1.log 2>/dev/null | cut -c1-400 || true
+  for f in "$W"/pod-agent.log "$W"/host-agent.log; do
+    [ -f "$f" ] || continue
+    echo "--- $(basename "$f") (tail):"; tail -n 25 "$f" | cut -c1-400
+  done
+  echo "--- the host kernel's log: crashes of QEMU or kthost:"
+  dmesg 2>/dev/null | grep -E 'qemu|kthost' | grep -iE 'segfault|trap|killed|oom' | tail -n 10 || true
+}
 cleanup() {
-  local p
+  local rc=$? p
   for p in $POD_AGENT $HOST_AGENT; do kill -TERM "$p" 2>/dev/null || true; done
   if [ -n "$POD" ]; then
+    if [ "$rc" != 0 ] || [ "$failed" != 0 ]; then show_diagnostics; fi
     for d in kthost-pod1 kthost-mig1; do
       in_pod cp "/run/kthost/$d/console.log" "$W/console-pod-$d.log" 2>/dev/null || true
     done
