@@ -215,9 +215,12 @@ void write_truth(unsigned index, Vcpu& v, uint32_t generation) {
 
 // Tracing is off: end this vCPU's stream, write it out, and confirm each
 // switch-off once.  Only on the vCPU's own thread.
-void settle_disabled(unsigned index, Vcpu& v) {
+// `next`: the block the vCPU is about to run, where tracing stops before it
+// (null when the vCPU went idle).
+void settle_disabled(unsigned index, Vcpu& v, const ktpt::Block* next = nullptr) {
   if (v.tracing) {
-    v.encoder->stop();
+    if (next) v.encoder->stop_before(*next);
+    else v.encoder->stop();
     v.tracing = false;
     flush(v);
   }
@@ -275,7 +278,7 @@ void on_block(unsigned index, const ktpt::Block& block, Watched watched = Watche
   if (watched == Watched::LoneInt3 && v->stale_int3.on_lone_int3(block.start)) flush_stale_code(index, *v);
   v->stale_int3.on_block(watched == Watched::EndsInIret);
   if (!g_enabled.load(std::memory_order_acquire)) {
-    settle_disabled(index, *v);
+    settle_disabled(index, *v, &block);
     return;
   }
   if (!v->tracing && v->truth) v->truth->reset();  // a new trace: nothing seen yet
@@ -486,7 +489,8 @@ void write_stats(unsigned index, const Vcpu& v) {
                "resolved_async=%llu\nresolved_fault=%llu\nunseen_user=%llu\noverflows=%llu\npsbs=%llu\nidle_tscs=%llu\nenables=%llu\n"
                "disables=%llu\nencode_errors=%llu\nwrite_failed=%d\ngt_faults_removed=%llu\ngt_int3_left_out=%llu\n"
                "stale_int3_stuck=%llu\ncode_flushes=%llu\nentries_learned=%llu\nentries_refused=%llu\n"
-               "orphan_irets=%llu\nresolved_elsewhere=%llu\nresume_posts_dropped=%llu\nresume_posts_unfit=%llu\n",
+               "orphan_irets=%llu\nresolved_elsewhere=%llu\nresume_posts_dropped=%llu\nresume_posts_unfit=%llu\n"
+               "stops_at_block=%llu\n",
                pt_bytes, static_cast<unsigned long long>(s.kernel_blocks), static_cast<unsigned long long>(s.rep_repeats),
                static_cast<unsigned long long>(s.kernel_insns), static_cast<unsigned long long>(v.gt_entries),
                static_cast<unsigned long long>(s.events), static_cast<unsigned long long>(s.resolved_async),
@@ -501,7 +505,8 @@ void write_stats(unsigned index, const Vcpu& v) {
                static_cast<unsigned long long>(s.entries_refused), static_cast<unsigned long long>(s.orphan_irets),
                static_cast<unsigned long long>(s.resolved_elsewhere),
                static_cast<unsigned long long>(g_resume_board.dropped()),
-               static_cast<unsigned long long>(g_resume_board.unfit()));
+               static_cast<unsigned long long>(g_resume_board.unfit()),
+               static_cast<unsigned long long>(s.stops_at_block));
   std::fclose(f);
 
 }

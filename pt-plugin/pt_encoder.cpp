@@ -422,6 +422,41 @@ void VcpuEncoder::stop() {
   started_ = false;  // a restart begins with PSB+: a reader may start there
 }
 
+void VcpuEncoder::stop_before(const Block& next) {
+  if (in_kernel_ && prev_ && next.kernel && frames_.empty() && next.start != prev_->start &&
+      !prev_->contains_insn(next.start)) {
+    const Block& p = *prev_;
+    bool plain = false;
+    switch (p.end) {
+      case EndKind::Cond:
+        if (next.start == p.target || next.start == p.next) {
+          emit_tnt_bit(next.start == p.target);
+          plain = true;
+        }
+        break;
+      case EndKind::Fallthrough:
+      case EndKind::Halt:
+        plain = next.start == p.next;
+        break;
+      case EndKind::DirectJmp:
+      case EndKind::DirectCall:
+        plain = next.start == p.target;
+        break;
+      case EndKind::Rep:
+        plain = next.start == p.next;
+        break;
+      default:
+        break;
+    }
+    if (plain) {
+      flush_tnt();
+      emit_ip(ppt_fup, next.start, sink(), true);
+      ++stats_.stops_at_block;
+    }
+  }
+  stop();
+}
+
 void VcpuEncoder::on_block(const Block& b) {
   if (!b.kernel) {
     if (in_kernel_) {

@@ -100,6 +100,7 @@ struct EncoderStats {
   uint64_t idle_tscs = 0;             // TSCs written after an idle spell (note_idle)
   uint64_t enables = 0;               // TIP.PGE
   uint64_t disables = 0;              // TIP.PGD
+  uint64_t stops_at_block = 0;        // traces ended at the first instruction of the block that would run next (stop_before)
   uint64_t encode_errors = 0;         // packets libipt's encoder rejected (none expected)
   uint64_t orphan_irets = 0;          // IRETs that fitted no frame of this vCPU (posted to the ResumeBoard if another's fits)
   uint64_t resolved_elsewhere = 0;    // frames resolved by another vCPU's IRET (a handler that migrated)
@@ -209,6 +210,17 @@ class VcpuEncoder {
   // Tracing stops here: pending TNT bits are written, open frames become OVF.
   // Calling on_block again later re-enables with TIP.PGE.
   void stop();
+
+  // Tracing stops right before `next` runs (the plugin found the trigger off
+  // at its start). Where the last block's end leads to `next` with no event
+  // (a conditional branch, whose outcome `next` tells; a direct jump or call;
+  // no branch), the stream says so and ends at next's first instruction with
+  // FUP + TIP.PGD: a decoder stops exactly where tracing did. stop() alone
+  // leaves the last conditional branch with no TNT bit before a TIP.PGD with
+  // no IP (perf's decoder: "Trace doesn't match instruction"), and after a
+  // block with no branch lets a decoder walk on into code that did not run
+  // traced. Anything else (an event, an open frame, user mode) is stop().
+  void stop_before(const Block& next);
 
   // Finished packets.  The caller writes them out and clears the vector.
   std::vector<uint8_t>& output() { return out_; }

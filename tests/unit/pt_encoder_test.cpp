@@ -383,6 +383,47 @@ TEST(PtEncoder, HaltAndSoftwareInterruptNeedNoDeferral) {
                                      "tip ffffffff81000110", "tip.pgd"}));
 }
 
+// The trigger went off as the vCPU was about to run a block: the stream ends
+// at that block's first instruction (FUP + TIP.PGD), after the outcome of
+// the conditional branch that led there. With stop() alone the branch has
+// no TNT bit before a TIP.PGD without an IP, which perf's decoder calls
+// "Trace doesn't match instruction" (libipt takes the branch as the last
+// instruction: one more than perf counts).
+TEST(PtEncoder, StoppingBeforeABlockEndsAtItsFirstInstructionAfterTheBranchOutcome) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x100, 3, EndKind::Cond, K + 0x200));
+  r.encoder.stop_before(kblock(K + 0x200, 2, EndKind::Return));  // taken
+  EXPECT_EQ(packets(r.encoder.output()),
+            with_header({"tip.pge ffffffff81000100", "tnt 1", "fup ffffffff81000200", "tip.pgd"}));
+  EXPECT_EQ(r.encoder.stats().stops_at_block, 1u);
+
+  Trace n;  // not taken, and a block cut with no branch
+  n.from_user();
+  n.run(kblock(K + 0x100, 3, EndKind::Cond, K + 0x200));
+  n.run(kblock(K + 0x106, 2, EndKind::Fallthrough));
+  n.encoder.stop_before(kblock(K + 0x10a, 1, EndKind::Return));
+  EXPECT_EQ(packets(n.encoder.output()),
+            with_header({"tip.pge ffffffff81000100", "tnt 0", "fup ffffffff8100010a", "tip.pgd"}));
+}
+
+// Where the next block is not where the last one leads (an interrupt), or is
+// user code, the stream ends as stop() ends it: no event is told at the end.
+TEST(PtEncoder, StoppingBeforeAnEventOrUserCodeIsAPlainStop) {
+  Trace r;
+  r.from_user();
+  r.run(kblock(K + 0x100, 3, EndKind::Cond, K + 0x200));
+  r.encoder.stop_before(kblock(K + 0x900, 2, EndKind::Iret));  // neither target nor next: an interrupt
+  EXPECT_EQ(packets(r.encoder.output()), with_header({"tip.pge ffffffff81000100", "tip.pgd"}));
+  EXPECT_EQ(r.encoder.stats().stops_at_block, 0u);
+
+  Trace u;
+  u.from_user();
+  u.run(kblock(K + 0x100, 1, EndKind::ToUser));
+  u.encoder.stop_before(u.user);
+  EXPECT_EQ(packets(u.encoder.output()), with_header({"tip.pge ffffffff81000100", "tip.pgd"}));
+}
+
 // A return to user mode whose first user instruction faults (its page not
 // present yet): QEMU runs no user block, so the plugin sees the kernel block
 // that returned and then the fault handler. A SYSRET always went to user.
