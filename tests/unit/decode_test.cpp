@@ -377,6 +377,48 @@ TEST_F(DecodeTest, EveryStackStepHasACallSiteInTheCallersText) {
   EXPECT_EQ(check_stack_edges(fake, *a.image, a.symbols).steps, 0u);
 }
 
+// Two steps with no call site that are not errors: the exit code of an
+// interrupt (.entry.text) on top of what it struck, and a function run in
+// place of one whose ftrace site is on (an IPMODIFY redirect, as ktguard's
+// hooks and livepatch do). With the ftrace site a NOP, the same step fails.
+TEST_F(DecodeTest, EntryCodeAndAnFtraceRedirectAreNotMissingCallSites) {
+  auto text_with = [](bool ftrace_on) {
+    std::vector<uint8_t> t(0x1000, 0xcc);
+    const std::vector<uint8_t> caller = {0xe8, 0xfb, 0x00, 0x00, 0x00, 0xc3};  // call f_func; ret
+    std::vector<uint8_t> f = {0xf3, 0x0f, 0x1e, 0xfa};                        // endbr64
+    if (ftrace_on) f.insert(f.end(), {0xe8, 0xf7, 0x02, 0x00, 0x00});          // call ftrace_tramp (+0x400)
+    else f.insert(f.end(), {0x0f, 0x1f, 0x44, 0x00, 0x00});                    // nop5
+    f.push_back(0xc3);
+    std::copy(caller.begin(), caller.end(), t.begin());
+    std::copy(f.begin(), f.end(), t.begin() + 0x100);
+    t[0x200] = 0xc3;  // wrap_func
+    t[0x310] = 0xcf;  // restore_regs: iretq (one byte of it)
+    t[0x400] = 0xc3;  // ftrace_tramp
+    return t;
+  };
+  for (bool on : {true, false}) {
+    test::SynthBundle b;
+    b.text.push_back(test::text_record(TextSource::Snapshot, 0, kText, text_with(on), "core"));
+    b.kallsyms = "ffffffff81000000 T main_func\nffffffff81000100 T f_func\nffffffff81000200 T wrap_func\n"
+                 "ffffffff81000300 T __entry_text_start\nffffffff81000310 T restore_regs\n"
+                 "ffffffff81000380 T __entry_text_end\nffffffff81000400 T ftrace_tramp\n";
+    test::PtWriter w;
+    w.psb(100);
+    b.pt[0] = w.finish();
+    Analysis a = open(b);
+    const uint32_t main_id = a.symbols.lookup(kMain, 0);
+    Profile fake;
+    fake.stacks[{main_id, a.symbols.lookup(kText + 0x200, 0)}] = 7;  // main_func -> wrap_func
+    fake.stacks[{main_id, a.symbols.lookup(kText + 0x310, 0)}] = 2;  // main_func -> restore_regs
+    StackEdgeCheck e = check_stack_edges(fake, *a.image, a.symbols);
+    EXPECT_EQ(e.steps, 2u);
+    EXPECT_EQ(e.interrupts, 1u) << "restore_regs lies in the entry text";
+    EXPECT_EQ(e.ftrace_redirects, on ? 1u : 0u);
+    EXPECT_EQ(e.failed, on ? 0u : 1u);
+    EXPECT_EQ(e.failed_insns, on ? 0u : 7u);
+  }
+}
+
 // The software PT plugin follows an OVF with a PSB+ carrying the time
 // execution resumed: text loaded after the last timing packet is found, and
 // nothing after the overflow is lost.

@@ -90,9 +90,10 @@ std::string errors_line(const Profile& p) {
 
 std::string stack_edges_line(const Profile& p, const Symbolizer& symbols) {
   const StackEdgeCheck& e = p.stack_edges;
-  std::string line = fmt("stack steps: %" PRIu64 " caller->callee steps, %" PRIu64 " onto interrupt entries, %" PRIu64
-                         " unchecked (no text), %" PRIu64 " with no call site in the caller's text",
-                         e.steps, e.interrupts, e.unchecked, e.failed);
+  std::string line = fmt("stack steps: %" PRIu64 " caller->callee steps, %" PRIu64 " onto interrupt entries or entry code, %" PRIu64
+                         " unchecked (no text), %" PRIu64 " through a call whose ftrace site is on (a redirect), %" PRIu64
+                         " with no call site in the caller's text",
+                         e.steps, e.interrupts, e.unchecked, e.ftrace_redirects, e.failed);
   if (e.failed) {
     line += fmt(" (%" PRIu64 " instructions; e.g.", e.failed_insns);
     for (size_t i = 0; i < e.examples.size() && i < 3; ++i)
@@ -245,7 +246,8 @@ std::string format_report_json(const Profile& p, const Symbolizer& symbols, cons
                         {"at_piece_edge", p.task_switches.at_piece_edge},
                         {"clock_offset", p.task_switches.clock_offset}};
   j["stack_edges"] = {{"steps", p.stack_edges.steps},        {"interrupts", p.stack_edges.interrupts},
-                      {"unchecked", p.stack_edges.unchecked}, {"failed", p.stack_edges.failed},
+                      {"unchecked", p.stack_edges.unchecked}, {"ftrace_redirects", p.stack_edges.ftrace_redirects},
+                      {"failed", p.stack_edges.failed},
                       {"failed_insns", p.stack_edges.failed_insns}, {"examples", edge_examples}};
   ObserverShare obs = observer_share(p, symbols);
   j["observer"] = {{"insns", obs.insns}, {"percent", obs.percent()}, {"parts", obs.parts}};

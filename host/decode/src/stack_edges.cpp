@@ -59,6 +59,34 @@ void scan(const uint8_t* text, uint64_t start, uint64_t size, CallSites& out) {
   if (size > 0 && !ends) out.falls_through = true;
 }
 
+// The kernel's entry text (.entry.text, between the symbols kallsyms names
+// __entry_text_start and __entry_text_end): the code that runs on an event,
+// its entry points and its ways out (error_return,
+// restore_regs_and_return_to_kernel, the IRET). {0, 0} when not known.
+std::pair<uint64_t, uint64_t> entry_text(const Symbolizer& symbols) {
+  uint64_t from = 0, to = 0;
+  for (size_t i = 0; i < symbols.size(); ++i) {
+    const FunctionInfo& f = symbols.function(static_cast<uint32_t>(i));
+    if (f.name == "__entry_text_start") from = f.start;
+    else if (f.name == "__entry_text_end") to = f.start;
+  }
+  return from && to > from ? std::make_pair(from, to) : std::make_pair(uint64_t{0}, uint64_t{0});
+}
+
+// Whether some version of the function's text has its ftrace site turned on:
+// its first instruction (after an ENDBR64) a CALL, where it is a 5-byte NOP
+// while ftrace leaves it alone. An ftrace_ops with IPMODIFY (livepatch,
+// ktguard's hooks) then runs another function in its place, on its frame.
+bool ftrace_site_on(const FunctionInfo& f, const VersionedImage& image) {
+  for (const TextVersion& v : image.versions()) {
+    if (f.start < v.start || f.start + 9 > v.start + v.size) continue;
+    const uint8_t* p = image.data(v) + (f.start - v.start);
+    const size_t at = (p[0] == 0xf3 && p[1] == 0x0f && p[2] == 0x1e && p[3] == 0xfa) ? 4 : 0;
+    if (p[at] == 0xe8) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 StackEdgeCheck check_stack_edges(const Profile& profile, const VersionedImage& image, const Symbolizer& symbols) {
@@ -85,6 +113,7 @@ StackEdgeCheck check_stack_edges(const Profile& profile, const VersionedImage& i
     }
     return it->second;
   };
+  const std::pair<uint64_t, uint64_t> entry = entry_text(symbols);
   std::vector<std::pair<uint64_t, uint64_t>> failed;  // (instructions, step)
   for (const auto& [key, n] : steps) {
     const uint32_t a = static_cast<uint32_t>(key >> 32), b = static_cast<uint32_t>(key);
@@ -94,8 +123,8 @@ StackEdgeCheck check_stack_edges(const Profile& profile, const VersionedImage& i
       out.unchecked++;
       continue;
     }
-    if (is_event_entry(callee.name)) {
-      out.interrupts++;  // an interrupt or exception on top of what it struck
+    if (is_event_entry(callee.name) || (callee.start >= entry.first && callee.start < entry.second)) {
+      out.interrupts++;  // an interrupt or exception (its entry or exit code) on top of what it struck
       continue;
     }
     const CallSites& s = sites_of(a);
@@ -106,6 +135,7 @@ StackEdgeCheck check_stack_edges(const Profile& profile, const VersionedImage& i
     // A direct call into the callee, or into a function whose jumps lead to
     // it (tail calls, static call trampolines, a thunk: up to 4 jumps).
     bool ok = s.indirect_call;
+    bool redirected = false;  // a function reached has its ftrace site on (ftrace_site_on)
     std::vector<uint32_t> frontier, next;
     std::set<uint32_t> seen;
     for (uint64_t t : s.calls) {
@@ -116,6 +146,7 @@ StackEdgeCheck check_stack_edges(const Profile& profile, const VersionedImage& i
     for (int depth = 0; !ok && depth < 4 && !frontier.empty(); ++depth) {
       next.clear();
       for (uint32_t h : frontier) {
+        if (!redirected && ftrace_site_on(symbols.function(h), image)) redirected = true;
         const CallSites& hs = sites_of(h);
         if (hs.indirect_jump || function_kind_of(symbols.function(h).name) == kFnThunk) {
           ok = true;
@@ -133,6 +164,10 @@ StackEdgeCheck check_stack_edges(const Profile& profile, const VersionedImage& i
       frontier.swap(next);
     }
     if (ok) continue;
+    if (redirected) {
+      out.ftrace_redirects++;
+      continue;
+    }
     out.failed++;
     out.failed_insns += n;
     failed.emplace_back(n, key);

@@ -64,10 +64,15 @@ struct FunctionCounts {
 // machine code in the image (every version of it): the caller has a direct
 // call to the callee's entry, or an indirect call, or a direct call to a
 // function that tail-jumps to the callee (or is a thunk); or the callee is an
-// interrupt or exception entry. Steps whose caller has no text are unchecked.
+// interrupt or exception entry, or other code of the kernel's entry text.
+// Steps whose caller has no text are unchecked. A step with no call site
+// where the caller calls a function whose ftrace site is on is counted apart:
+// an ftrace_ops with IPMODIFY (livepatch, ktguard's hooks) runs another
+// function on that function's frame, which no call site shows.
 struct StackEdgeCheck {
   uint64_t steps = 0;         // distinct (caller, callee) steps
-  uint64_t interrupts = 0;    // ... onto an entry point
+  uint64_t interrupts = 0;    // ... onto an entry point, or other code of the kernel's entry text
+  uint64_t ftrace_redirects = 0;  // ... with no call site, but the caller calls a function whose ftrace site is on
   uint64_t unchecked = 0;     // ... with no text for the caller, or an unknown frame
   uint64_t failed = 0;        // ... with no call site
   uint64_t failed_insns = 0;  // instructions in stacks with a failed step
