@@ -20,6 +20,11 @@ struct CallSites {
   bool indirect_call = false, indirect_jump = false;
   bool falls_through = false;  // its last instruction can run on into the next symbol
   bool has_text = false;
+  // Its ftrace site is on in some version: its first instruction (after an
+  // ENDBR64) a CALL, where it is a 5-byte NOP while ftrace leaves it alone.
+  // An ftrace_ops with IPMODIFY (livepatch, ktguard's hooks) then runs another
+  // function in its place, on its frame.
+  bool ftrace_site_on = false;
 };
 
 int32_t rel32(const uint8_t* p) { return static_cast<int32_t>(p[0] | p[1] << 8 | p[2] << 16 | static_cast<uint32_t>(p[3]) << 24); }
@@ -73,18 +78,10 @@ std::pair<uint64_t, uint64_t> entry_text(const Symbolizer& symbols) {
   return from && to > from ? std::make_pair(from, to) : std::make_pair(uint64_t{0}, uint64_t{0});
 }
 
-// Whether some version of the function's text has its ftrace site turned on:
-// its first instruction (after an ENDBR64) a CALL, where it is a 5-byte NOP
-// while ftrace leaves it alone. An ftrace_ops with IPMODIFY (livepatch,
-// ktguard's hooks) then runs another function in its place, on its frame.
-bool ftrace_site_on(const FunctionInfo& f, const VersionedImage& image) {
-  for (const TextVersion& v : image.versions()) {
-    if (f.start < v.start || f.start + 9 > v.start + v.size) continue;
-    const uint8_t* p = image.data(v) + (f.start - v.start);
-    const size_t at = (p[0] == 0xf3 && p[1] == 0x0f && p[2] == 0x1e && p[3] == 0xfa) ? 4 : 0;
-    if (p[at] == 0xe8) return true;
-  }
-  return false;
+// Whether the ftrace site at a function's start is a CALL (CallSites).
+bool ftrace_call_at(const uint8_t* p) {
+  const size_t at = (p[0] == 0xf3 && p[1] == 0x0f && p[2] == 0x1e && p[3] == 0xfa) ? 4 : 0;  // ENDBR64
+  return p[at] == 0xe8;
 }
 
 }  // namespace
@@ -109,6 +106,8 @@ StackEdgeCheck check_stack_edges(const Profile& profile, const VersionedImage& i
         const uint64_t from = std::max(f.start, v.start), to = std::min(f.end, v.start + v.size);
         scan(image.data(v) + (from - v.start), from, to - from, it->second);
         it->second.has_text = true;
+        if (from == f.start && to - from >= 9 && ftrace_call_at(image.data(v) + (from - v.start)))
+          it->second.ftrace_site_on = true;
       }
     }
     return it->second;
@@ -135,7 +134,7 @@ StackEdgeCheck check_stack_edges(const Profile& profile, const VersionedImage& i
     // A direct call into the callee, or into a function whose jumps lead to
     // it (tail calls, static call trampolines, a thunk: up to 4 jumps).
     bool ok = s.indirect_call;
-    bool redirected = false;  // a function reached has its ftrace site on (ftrace_site_on)
+    bool redirected = false;  // a function reached has its ftrace site on
     std::vector<uint32_t> frontier, next;
     std::set<uint32_t> seen;
     for (uint64_t t : s.calls) {
@@ -146,8 +145,8 @@ StackEdgeCheck check_stack_edges(const Profile& profile, const VersionedImage& i
     for (int depth = 0; !ok && depth < 4 && !frontier.empty(); ++depth) {
       next.clear();
       for (uint32_t h : frontier) {
-        if (!redirected && ftrace_site_on(symbols.function(h), image)) redirected = true;
         const CallSites& hs = sites_of(h);
+        redirected = redirected || hs.ftrace_site_on;
         if (hs.indirect_jump || function_kind_of(symbols.function(h).name) == kFnThunk) {
           ok = true;
           break;
